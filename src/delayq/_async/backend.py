@@ -1,0 +1,132 @@
+"""asyncio primitives the queue needs: the client, sleeping, and the wake-up listener."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from ..exceptions import ConfigError
+
+log = logging.getLogger("delayq")
+monotonic = time.monotonic
+CONNECTION_ERRORS = (ConnectionError, TimeoutError, OSError)
+_HISTORY = 256
+
+
+async def sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+def connect(redis: object, client_name: str) -> tuple[Any, bool]:
+    """The client to use and whether the queue owns (and so closes) it."""
+    if redis is None or isinstance(redis, str):
+        url = redis or "redis://127.0.0.1:6379/0"
+        return aioredis.Redis.from_url(url, client_name=client_name), True
+    if not isinstance(redis, aioredis.Redis):
+        raise ConfigError("AsyncDelayQueue needs a redis.asyncio.Redis client or a URL")
+    if redis.get_connection_kwargs().get("decode_responses"):
+        raise ConfigError("pass a client created with decode_responses=False (tasks are bytes)")
+    return redis, False
+
+
+async def close_client(client: Any) -> None:
+    await client.aclose()
+
+
+class Notifier:
+    """Listens on the queue's channel and wakes waiting consumers.
+
+    Messages carry the new earliest due time; they are hints only. After a reconnect the
+    listener wakes everybody with an unknown time, so waiters look at Redis again.
+    """
+
+    def __init__(self, client: Any, channel: str) -> None:
+        self._client = client
+        self._channel = channel
+        self._task: asyncio.Task[None] | None = None
+        self._subscribed = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._generation = 0
+        self._history: collections.deque[tuple[int, int | None]] = collections.deque(
+            maxlen=_HISTORY
+        )
+
+    async def start(self) -> None:
+        """Subscribe (once); returns when the subscription is live or after a short wait."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._listen(), name=f"delayq:{self._channel}")
+        if not self._subscribed.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._subscribed.wait(), 1.0)
+
+    def mark(self) -> int:
+        return self._generation
+
+    async def wait(self, mark: int, timeout: float) -> tuple[int, int | None] | None:
+        """Wait for news after ``mark``: (new mark, earliest announced due ms, None if
+        unknown), or None on timeout."""
+        while self._generation == mark:
+            changed = self._changed
+            try:
+                await asyncio.wait_for(changed.wait(), timeout)
+            except TimeoutError:
+                return None
+        return self._news_since(mark)
+
+    def _news_since(self, mark: int) -> tuple[int, int | None]:
+        dues = [due for gen, due in self._history if gen > mark]
+        if len(dues) < self._generation - mark or None in dues:
+            return self._generation, None
+        return self._generation, min(dues)  # type: ignore[type-var]
+
+    def _push(self, due_ms: int | None) -> None:
+        self._generation += 1
+        self._history.append((self._generation, due_ms))
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def _listen(self) -> None:
+        backoff = 0.05
+        first = True
+        while True:
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self._channel)
+                self._subscribed.set()
+                if not first:
+                    log.info("delayq: resubscribed to %s", self._channel)
+                    self._push(None)  # messages may have been missed while away
+                first, backoff = False, 0.05
+                while True:
+                    message = await pubsub.get_message(timeout=30.0)
+                    if message is not None:
+                        self._push(_due_of(message))
+            except (RedisError, *CONNECTION_ERRORS) as exc:
+                log.warning("delayq: listener on %s lost Redis (%s); retrying", self._channel, exc)
+                self._push(None)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+
+def _due_of(message: dict[str, Any]) -> int | None:
+    try:
+        return int(message["data"])
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,586 @@
+"""AsyncDelayQueue: the asyncio front end.
+
+The sync ``DelayQueue`` in ``_sync/queue.py`` is generated from this file by
+``scripts/unasync.py``; edit here and regenerate.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+
+from .._core import protocol
+from .._core.codecs import PayloadType, check_codec
+from .._core.envelope import EnvelopeCodec
+from .._core.keys import QueueKeys
+from .._core.models import (
+    Backoff,
+    DeadTask,
+    DedupMode,
+    Stats,
+    TaskInfo,
+    TaskState,
+    to_datetime,
+)
+from .._core.offers import Offer, build_offer
+from .._core.protocol import FetchResult, OfferSpec, Policy, RawTask
+from .._core.scripts import Op, script
+from .._core.timing import Duration, due_spec, duration_ms
+from ..exceptions import (
+    ConfigError,
+    DecodeError,
+    LeaseLost,
+    QueueClosed,
+    RedisUnavailable,
+    ServerError,
+)
+from . import backend
+
+log = logging.getLogger("delayq")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class AsyncTask:
+    """A task handed to this consumer, with the lease that makes it ours until acked."""
+
+    id: str
+    payload: Any
+    attempts: int  # deliveries so far, this one included
+    due_ms: int  # epoch ms, server clock
+    delivered_ms: int  # epoch ms, server clock
+    priority: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    key: str | None = None
+    lease_token: str | None = None  # None in at-most-once mode
+    queue: AsyncDelayQueue | None = field(default=None, repr=False)
+
+    @property
+    def due_at(self) -> datetime:
+        """When the task was due (UTC, Redis's clock)."""
+        return to_datetime(self.due_ms)  # type: ignore[return-value]
+
+    @property
+    def delivered_at(self) -> datetime:
+        """When Redis handed the task out (UTC, Redis's clock)."""
+        return to_datetime(self.delivered_ms)  # type: ignore[return-value]
+
+    @property
+    def lateness_ms(self) -> int:
+        """How long after its due time the task was handed out."""
+        return self.delivered_ms - self.due_ms
+
+    def _queue(self) -> AsyncDelayQueue:
+        if self.queue is None:
+            raise QueueClosed("task is detached from its queue")
+        return self.queue
+
+    async def ack(self) -> None:
+        """Mark the task done; see :meth:`AsyncDelayQueue.ack`."""
+        await self._queue().ack(self)
+
+    async def nack(self, delay: Duration | None = None) -> None:
+        """Give the task back; see :meth:`AsyncDelayQueue.nack`."""
+        await self._queue().nack(self, delay)
+
+    async def retry(self, delay: Duration | None = None, *, error: str | None = None) -> None:
+        """Fail this attempt; deliver again after ``delay`` or the queue's backoff."""
+        await self._queue().retry(self, delay, error=error)
+
+    async def extend(self, seconds: Duration) -> datetime:
+        """Extend the lease; see :meth:`AsyncDelayQueue.extend`."""
+        return await self._queue().extend(self, seconds)
+
+
+class AsyncDelayQueue:
+    """A delayed queue on Redis: tasks are delivered at their due time to one consumer each.
+
+    Args:
+        name: queue name (the Redis hash tag of all its keys).
+        redis: a URL, a ``redis.asyncio`` client (not ``decode_responses``), or None for
+            ``redis://127.0.0.1:6379/0``.
+        codec: ``"json"`` (default), ``"msgpack"`` or ``"pickle"`` (explicit opt-in).
+        payload_type: a dataclass or pydantic model; payloads round-trip as that class.
+        visibility_timeout: seconds a delivered task stays leased before it is delivered again.
+        max_attempts: deliveries before a failing task is dead-lettered.
+        retry_backoff: delay policy for retries and expired leases.
+        ack: True for at-least-once with leases; False for at-most-once (take removes).
+        dedup: default behaviour of ``offer(key=...)``: ``"keep"`` or ``"replace"``.
+        safety_interval: longest sleep between looks at Redis when no message arrives.
+        reconnect_timeout: how long a call keeps retrying a lost connection before it raises
+            :class:`RedisUnavailable` (``take`` retries for ever).
+        max_payload_bytes: limit on an encoded task.
+        overdue_after: a due task waiting longer than this counts as overdue in stats.
+        prefix: first part of every key name.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        redis: Any = None,
+        *,
+        codec: str = "json",
+        payload_type: type | None = None,
+        visibility_timeout: Duration = 30.0,
+        max_attempts: int = 10,
+        retry_backoff: Backoff | None = None,
+        ack: bool = True,
+        dedup: str = "keep",
+        safety_interval: Duration = 1.0,
+        reconnect_timeout: Duration = 10.0,
+        max_payload_bytes: int = 1 << 20,
+        overdue_after: Duration = 1.0,
+        prefix: str = "dq",
+    ) -> None:
+        self._keys = QueueKeys(prefix, name)
+        self._key_list = self._keys.all
+        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
+            raise ConfigError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        if not isinstance(max_payload_bytes, int) or max_payload_bytes < 1:
+            raise ConfigError(
+                f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}"
+            )
+        if not isinstance(ack, bool):
+            raise ConfigError(f"ack must be True or False, got {ack!r}")
+        try:
+            self._dedup = DedupMode(dedup)
+            lease_ms = duration_ms(visibility_timeout, "visibility_timeout", allow_zero=False)
+            self._safety_s = (
+                duration_ms(safety_interval, "safety_interval", allow_zero=False) / 1000
+            )
+            self._reconnect_s = duration_ms(reconnect_timeout, "reconnect_timeout") / 1000
+            self._overdue_ms = duration_ms(overdue_after, "overdue_after")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        self._codec = EnvelopeCodec(
+            check_codec(codec),
+            PayloadType(payload_type) if payload_type is not None else None,
+            max_payload_bytes,
+        )
+        self._policy = Policy(lease_ms if ack else 0, max_attempts, retry_backoff or Backoff())
+        self._redis, self._owns_redis = backend.connect(redis, f"delayq:{name}")
+        self._notifier = backend.Notifier(self._redis, self._keys.channel)
+        self._registered = False
+        self._closed = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The queue's name."""
+        return self._keys.name
+
+    @property
+    def keys(self) -> QueueKeys:
+        """The queue's Redis key names."""
+        return self._keys
+
+    async def close(self) -> None:
+        """Stop listening and release connections (the client too, if the queue made it)."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._notifier.close()
+        if self._owns_redis:
+            await backend.close_client(self._redis)
+
+    async def __aenter__(self) -> AsyncDelayQueue:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- producing --------------------------------------------------------------------------
+
+    async def offer(
+        self,
+        payload: Any,
+        delay: Duration | None = None,
+        *,
+        at: datetime | float | None = None,
+        key: str | None = None,
+        id: str | None = None,
+        priority: int = 0,
+        headers: dict[str, str] | None = None,
+        ttl: Duration | None = None,
+        key_ttl: Duration | None = None,
+        dedup: str | None = None,
+    ) -> str:
+        """Schedule ``payload`` after ``delay`` seconds (or at ``at``); return the task id.
+
+        With ``key``, at most one live task holds the key: the existing task's id is returned
+        (``dedup="keep"``), or a pending one is updated (``dedup="replace"``). ``key_ttl`` keeps
+        the key taken for that long after the task completes. With ``id``, an offer repeated
+        after a timeout is a no-op. ``ttl`` drops the task if it is not delivered within that
+        long after its due time. Nothing is written if any argument is invalid.
+        """
+        offer = Offer(
+            payload,
+            delay,
+            at=at,
+            key=key,
+            id=id,
+            priority=priority,
+            headers=headers,
+            ttl=ttl,
+            key_ttl=key_ttl,
+        )
+        return (await self._offer([build_offer(self._codec, offer)], dedup))[0]
+
+    async def offer_many(
+        self, items: Iterable[Offer | tuple[Any, Duration | None]], *, dedup: str | None = None
+    ) -> list[str]:
+        """Schedule many tasks in few round trips; ``items`` are ``(payload, delay)`` pairs or
+        :class:`Offer` objects. Every item is validated and encoded before anything is written.
+        Returns the ids in order."""
+        specs = [
+            build_offer(self._codec, item if isinstance(item, Offer) else Offer(*item))
+            for item in items
+        ]
+        ids: list[str] = []
+        for start in range(0, len(specs), protocol.OFFER_CHUNK):
+            ids += await self._offer(specs[start : start + protocol.OFFER_CHUNK], dedup)
+        return ids
+
+    async def _offer(self, specs: Sequence[OfferSpec], dedup: str | None) -> list[str]:
+        try:
+            mode = self._dedup if dedup is None else DedupMode(dedup)
+        except ValueError as exc:
+            raise ConfigError(f"dedup must be 'keep' or 'replace', got {dedup!r}") from exc
+        if not specs:
+            return []
+        await self._register()
+        reply = await self._run(Op.OFFER, protocol.offer_args(mode, specs))
+        return [task_id for task_id, _ in protocol.parse_offer(reply)]
+
+    async def _register(self) -> None:
+        if not self._registered:
+            await self._call(lambda: self._redis.sadd(self._keys.registry, self.name))
+            self._registered = True
+
+    async def cancel(self, task_id: str) -> bool:
+        """Remove a task that is still waiting; True if it was delayed or ready and is gone."""
+        reply = await self._run(Op.CANCEL, [protocol.check_id(task_id)])
+        return bool(int(reply[0]))
+
+    async def reschedule(
+        self, task_id: str, delay: Duration | None = None, *, at: datetime | float | None = None
+    ) -> bool:
+        """Move a waiting task's due time; True if it was waiting and now has the new time."""
+        kind, value = due_spec(delay, at)
+        reply = await self._run(Op.RESCHEDULE, [protocol.check_id(task_id), kind, value])
+        return bool(int(reply[0]))
+
+    # -- reading ----------------------------------------------------------------------------
+
+    async def get(self, task_id: str) -> TaskInfo | None:
+        """A snapshot of the task, or None if the queue holds no task with this id."""
+        info = protocol.parse_info(await self._run(Op.INFO, [protocol.check_id(task_id)]))
+        if not info.state:
+            return None
+        state = TaskState(info.state)
+        if (
+            state is TaskState.DELAYED
+            and info.score_ms is not None
+            and info.score_ms <= info.now_ms
+        ):
+            state = TaskState.READY
+        payload: Any = None
+        headers: dict[str, str] = {}
+        priority, key, error = 0, None, info.error
+        if info.envelope is not None:
+            try:
+                envelope = self._codec.decode(info.envelope)
+                payload, headers = envelope.payload, dict(envelope.headers)
+                priority, key = envelope.priority, envelope.key
+            except DecodeError as exc:
+                error = error or f"undecodable: {exc}"
+        when = to_datetime(info.score_ms)
+        return TaskInfo(
+            id=task_id,
+            state=state,
+            payload=payload,
+            attempts=info.attempts,
+            priority=priority,
+            headers=headers,
+            key=key,
+            due_at=when if state in (TaskState.DELAYED, TaskState.READY) else None,
+            lease_expires_at=when if state is TaskState.INFLIGHT else None,
+            dead_at=when if state is TaskState.DEAD else None,
+            expires_at=to_datetime(info.expires_ms),
+            last_error=error,
+        )
+
+    async def stats(self) -> Stats:
+        """Counts per state, read atomically, and the queue's lifetime counters."""
+        raw = protocol.parse_stats(await self._run(Op.STATS, [self._overdue_ms]))
+        oldest = raw["oldest_due_ms"]
+        return Stats(
+            queue=self.name,
+            delayed=raw["delayed"],
+            ready=raw["ready"],
+            inflight=raw["inflight"],
+            dead=raw["dead"],
+            overdue=raw["overdue"],
+            oldest_overdue_age=0.0 if oldest is None else (raw["now_ms"] - oldest) / 1000,
+            next_due_at=to_datetime(raw["next_due_ms"]),
+            counters=raw["counters"],
+        )
+
+    async def dead(self, limit: int = 100, offset: int = 0) -> list[DeadTask]:
+        """Dead-lettered tasks, oldest first, with their last error."""
+        rows = protocol.parse_dead(await self._run(Op.DEAD, [int(offset), int(limit)]))
+        result = []
+        for task_id, dead_ms, attempts, error, envelope in rows:
+            try:
+                payload = self._codec.decode(envelope).payload if envelope else None
+            except DecodeError:
+                payload = envelope  # keep the raw bytes visible: that is why it is here
+            result.append(DeadTask(task_id, payload, attempts, to_datetime(dead_ms), error))  # type: ignore[arg-type]
+        return result
+
+    async def requeue_dead(self, task_id: str | None = None) -> int:
+        """Put one dead task (or all, with no id) back, due now; returns how many moved."""
+        if task_id is not None:
+            return int(await self._run(Op.REQUEUE, [1, protocol.check_id(task_id)]))
+        total, batch = 0, 1000
+        while True:
+            moved = int(await self._run(Op.REQUEUE, [batch]))
+            total += moved
+            if moved < batch:
+                return total
+
+    # -- consuming --------------------------------------------------------------------------
+
+    async def take(self) -> AsyncTask:
+        """Wait as long as it takes for a due task; rides out Redis outages."""
+        while True:
+            tasks = await self._poll(1, None)
+            if tasks:
+                return tasks[0]
+
+    async def poll(self, timeout: Duration = 0.0) -> AsyncTask | None:
+        """A due task, waiting up to ``timeout`` seconds for one; None if none came."""
+        tasks = await self._poll(1, duration_ms(timeout, "timeout") / 1000)
+        return tasks[0] if tasks else None
+
+    async def poll_many(self, max_tasks: int, timeout: Duration = 0.0) -> list[AsyncTask]:
+        """Up to ``max_tasks`` due tasks in one round trip, waiting up to ``timeout`` seconds
+        for the first; an empty list if none came."""
+        if not isinstance(max_tasks, int) or not 1 <= max_tasks <= 10_000:
+            raise ConfigError(f"max_tasks must be an int from 1 to 10000, got {max_tasks!r}")
+        return await self._poll(max_tasks, duration_ms(timeout, "timeout") / 1000)
+
+    async def _poll(self, count: int, timeout: float | None) -> list[AsyncTask]:
+        self._check_open()
+        deadline = None if timeout is None else backend.monotonic() + timeout
+        await self._notifier.start()
+        while True:
+            mark = self._notifier.mark()
+            result = await self._run(
+                Op.FETCH, protocol.fetch_args(self._policy, count), deadline=deadline, parse=True
+            )
+            fetched_at = backend.monotonic()
+            tasks = await self._accept(result)
+            if tasks:
+                return tasks
+            if result.tasks:
+                continue  # every one was undecodable and is dead-lettered: look again now
+            wake_at = fetched_at + self._safety_s
+            if result.next_wake_ms is not None:
+                wake_at = min(wake_at, fetched_at + (result.next_wake_ms - result.now_ms) / 1000)
+            if deadline is not None:
+                if backend.monotonic() >= deadline:
+                    return []
+                wake_at = min(wake_at, deadline)
+            # Sleep until the earliest due time, moving the alarm earlier when a message
+            # announces an earlier task; any doubt means look at Redis again.
+            while (remaining := wake_at - backend.monotonic()) > 0:
+                news = await self._notifier.wait(mark, remaining)
+                if news is None:
+                    break
+                mark, due_ms = news
+                if due_ms is None:
+                    break
+                wake_at = min(wake_at, fetched_at + (due_ms - result.now_ms) / 1000)
+
+    async def _accept(self, result: FetchResult) -> list[AsyncTask]:
+        tasks = []
+        for raw in result.tasks:
+            try:
+                envelope = self._codec.decode(raw.envelope)
+            except DecodeError as exc:
+                await self._bury_undecodable(raw, exc)
+                continue
+            tasks.append(
+                AsyncTask(
+                    id=raw.id,
+                    payload=envelope.payload,
+                    attempts=raw.attempts,
+                    due_ms=raw.due_ms,
+                    delivered_ms=result.now_ms,
+                    priority=raw.priority,
+                    headers=dict(envelope.headers),
+                    key=envelope.key,
+                    lease_token=raw.token,
+                    queue=self,
+                )
+            )
+        return tasks
+
+    async def _bury_undecodable(self, raw: RawTask, exc: DecodeError) -> None:
+        log.error(
+            "delayq: task %s in %s cannot be decoded, dead-lettered: %s", raw.id, self.name, exc
+        )
+        error = f"undecodable: {exc}"
+        if raw.token is None:
+            await self._run(Op.BURY, [raw.id, raw.envelope, 9 - raw.priority, error])
+        else:
+            await self._run(
+                Op.NACK,
+                protocol.nack_args(self._policy, raw.id, raw.token, "undecodable", 0, error),
+            )
+
+    async def ack(self, task: AsyncTask) -> None:
+        """Mark a delivered task done. Raises :class:`LeaseLost` if its lease expired or moved
+        on to another consumer (the task is then delivered again, or already was)."""
+        if (await self.ack_many([task]))[0] is False:
+            raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
+
+    async def ack_many(self, tasks: Sequence[AsyncTask]) -> list[bool]:
+        """Ack many tasks in one round trip; False where the lease was lost."""
+        leased = [t for t in tasks if t.lease_token is not None]
+        if not leased:
+            return [True] * len(tasks)
+        args: list[Any] = []
+        for t in leased:
+            args += (t.id, t.lease_token)
+        reply = await self._run(Op.ACK, ["0", *args], repeat_args=["1", *args])
+        status = iter(int(s) != 0 for s in reply)
+        return [next(status) if t.lease_token is not None else True for t in tasks]
+
+    async def nack(self, task: AsyncTask, delay: Duration | None = None) -> None:
+        """Give a task back: delivered again now, or after ``delay``. Counts as an attempt
+        (so a task nacked ``max_attempts`` times is dead-lettered)."""
+        await self._give_back(task, "retry", duration_ms(delay) if delay is not None else 0, "")
+
+    async def retry(
+        self, task: AsyncTask, delay: Duration | None = None, *, error: str | None = None
+    ) -> None:
+        """Fail this attempt: deliver again after ``delay`` or, if None, the backoff policy;
+        dead-letter after ``max_attempts``. ``error`` is kept as the task's last error."""
+        await self._give_back(
+            task, "retry", duration_ms(delay) if delay is not None else -1, error or ""
+        )
+
+    async def release(self, task: AsyncTask) -> None:
+        """Hand back an unstarted task (e.g. on shutdown) without counting an attempt."""
+        await self._give_back(task, "release", 0, "")
+
+    async def reject(self, task: AsyncTask, error: str) -> None:
+        """Dead-letter a task now, with ``error`` as the reason."""
+        await self._give_back(task, "dead", 0, error)
+
+    async def _give_back(self, task: AsyncTask, outcome: str, delay_ms: int, error: str) -> None:
+        if task.lease_token is None:
+            return  # at-most-once: the task already left the queue
+        args = protocol.nack_args(self._policy, task.id, task.lease_token, outcome, delay_ms, error)
+        reply = await self._run(Op.NACK, args, repeat_args=args)
+        if int(reply[0]) == 0:
+            raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
+
+    async def extend(self, task: AsyncTask, seconds: Duration) -> datetime:
+        """Keep the lease for ``seconds`` from now; returns the new expiry. Raises
+        :class:`LeaseLost` if the lease already expired or moved on."""
+        if task.lease_token is None:
+            raise LeaseLost("tasks taken at-most-once have no lease to extend")
+        ms = duration_ms(seconds, "seconds", allow_zero=False)
+        expiry = int(await self._run(Op.EXTEND, [task.id, task.lease_token, ms]))
+        if expiry < 0:
+            raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
+        return to_datetime(expiry)  # type: ignore[return-value]
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosed(f"queue {self.name!r} is closed")
+
+    async def _run(
+        self,
+        op: Op,
+        args: list[Any],
+        *,
+        deadline: float | None = -1.0,
+        repeat_args: list[Any] | None = None,
+        parse: bool = False,
+    ) -> Any:
+        """Run a script by SHA (loading it on NOSCRIPT), retrying lost connections.
+
+        A retried call may repeat one whose reply was lost: ``repeat_args`` then replace the
+        arguments so the script can tell.
+        """
+        entry = script(op)
+        first = True
+
+        async def attempt() -> Any:
+            nonlocal first
+            call_args = args if first or repeat_args is None else repeat_args
+            first = False
+            try:
+                return await self._redis.evalsha(
+                    entry.sha, len(self._key_list), *self._key_list, *call_args
+                )
+            except NoScriptError:
+                await self._redis.script_load(entry.source)
+                return await self._redis.evalsha(
+                    entry.sha, len(self._key_list), *self._key_list, *call_args
+                )
+
+        reply = await self._call(attempt, deadline=deadline)
+        return protocol.parse_fetch(reply) if parse else reply
+
+    async def _call(self, fn: Any, *, deadline: float | None = -1.0) -> Any:
+        """Call ``fn`` until it gets through, backing off on connection errors.
+
+        ``deadline``: a monotonic time to give up at; -1 for the queue's reconnect timeout;
+        None to retry for ever.
+        """
+        self._check_open()
+        if deadline is not None and deadline < 0:
+            deadline = backend.monotonic() + self._reconnect_s
+        backoff, failures = 0.02, 0
+        while True:
+            try:
+                result = await fn()
+            except ResponseError as exc:
+                raise ServerError(f"Redis refused a delayq call on {self.name!r}: {exc}") from exc
+            except (RedisError, *backend.CONNECTION_ERRORS) as exc:
+                failures += 1
+                self._check_open()
+                now = backend.monotonic()
+                if deadline is not None and now >= deadline:
+                    raise RedisUnavailable(
+                        f"Redis unreachable for queue {self.name!r} after {failures} tries: {exc}"
+                    ) from exc
+                if failures == 1 or failures % 20 == 0:
+                    log.warning("delayq: %s: Redis call failed (%s); retrying", self.name, exc)
+                pause = backoff if deadline is None else min(backoff, max(deadline - now, 0))
+                await backend.sleep(pause)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            if failures:
+                log.info(
+                    "delayq: %s: Redis reachable again after %d failed tries", self.name, failures
+                )
+            return result

@@ -1,0 +1,106 @@
+"""The task envelope: what is stored per task in the ``tasks`` hash (docs/storage.md).
+
+A JSON envelope is an object ``{"v": 1, "p": payload, ...}``; a msgpack envelope is the same
+map packed with msgpack and a ``"c": "msgpack"`` field. Optional fields appear only when set,
+so the common case costs a dozen bytes over the payload.
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ..exceptions import DecodeError, EncodeError, PayloadTooLarge
+from .codecs import PayloadType, dump_json, dump_msgpack, load_json, load_msgpack
+
+ENVELOPE_VERSION: Final = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A decoded task envelope."""
+
+    payload: Any
+    headers: Mapping[str, str] = field(default_factory=dict)
+    priority: int = 0
+    key: str | None = None
+    type_tag: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EnvelopeCodec:
+    """Encodes and decodes envelopes for one queue's codec and payload type."""
+
+    codec: str = "json"
+    payload_type: PayloadType | None = None
+    max_bytes: int = 1 << 20
+
+    def encode(
+        self,
+        payload: Any,
+        *,
+        headers: Mapping[str, str] | None = None,
+        priority: int = 0,
+        key: str | None = None,
+    ) -> bytes:
+        doc: dict[str, Any] = {"v": ENVELOPE_VERSION}
+        if self.payload_type is not None:
+            doc["p"] = self.payload_type.dump(payload)
+            doc["ty"] = self.payload_type.tag
+            if self.payload_type.version != 1:
+                doc["tv"] = self.payload_type.version
+        else:
+            doc["p"] = payload
+        if headers:
+            doc["h"] = dict(headers)
+        if priority:
+            doc["pr"] = priority
+        if key is not None:
+            doc["k"] = key
+        if self.codec == "json":
+            data = dump_json(doc)
+        elif self.codec == "msgpack":
+            doc["c"] = "msgpack"
+            data = dump_msgpack(doc)
+        else:
+            try:
+                pickled = pickle.dumps(doc.pop("p"), protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:  # pickling fails with many exception types
+                raise EncodeError(f"payload cannot be pickled: {exc}") from exc
+            doc["c"] = "pickle"
+            doc["p"] = base64.b64encode(pickled).decode()
+            data = dump_json(doc)
+        if len(data) > self.max_bytes:
+            raise PayloadTooLarge(
+                f"encoded task is {len(data)} bytes, over the limit of {self.max_bytes} "
+                "(max_payload_bytes)"
+            )
+        return data
+
+    def decode(self, data: bytes) -> Envelope:
+        doc = load_json(data) if data[:1] == b"{" else load_msgpack(data)
+        if not isinstance(doc, dict) or "p" not in doc:
+            raise DecodeError("stored task is not a delayq envelope")
+        version = doc.get("v")
+        if not isinstance(version, int) or version > ENVELOPE_VERSION:
+            raise DecodeError(f"envelope version {version!r} is not one this delayq reads")
+        payload = doc["p"]
+        if doc.get("c") == "pickle":
+            if self.codec != "pickle":
+                raise DecodeError(
+                    "task is pickled; only a queue created with codec='pickle' loads it"
+                )
+            try:
+                payload = pickle.loads(base64.b64decode(payload))
+            except Exception as exc:  # corrupt pickles raise anything
+                raise DecodeError(f"pickled payload cannot be loaded: {exc}") from exc
+        if self.payload_type is not None:
+            payload = self.payload_type.load(payload, int(doc.get("tv", 1)))
+        headers = doc.get("h", {})
+        priority = doc.get("pr", 0)
+        if not isinstance(headers, dict) or not isinstance(priority, int):
+            raise DecodeError("stored task has malformed headers or priority")
+        return Envelope(payload, headers, priority, doc.get("k"), doc.get("ty"))

@@ -1,0 +1,70 @@
+"""Redis key names of a queue: the one place that spells them."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..exceptions import ConfigError
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,199}")
+_PREFIX = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
+
+# Order matters: every Lua script unpacks KEYS in exactly this order (see lua/_lib.lua).
+KEY_ROLES = (
+    "delayed",  # ZSET id -> due ms*10 + slot: waiting tasks, due ones included
+    "tasks",  # HASH id -> envelope
+    "inflight",  # ZSET id -> lease expiry ms*10 + slot
+    "leases",  # HASH id -> lease token of the current delivery
+    "attempts",  # HASH id -> deliveries so far
+    "dead",  # ZSET id -> time of death ms*10 + slot
+    "errors",  # HASH id -> last error text
+    "expiry",  # ZSET id -> ttl deadline ms
+    "keys",  # HASH dedup key -> id
+    "taskkeys",  # HASH id -> "key_ttl_ms|dedup key"
+    "keptkeys",  # ZSET dedup key -> ms until which a finished task's key stays taken
+    "counters",  # HASH counter name -> lifetime count
+    "events",  # pub/sub channel: the earliest due ms, when it moves earlier
+)
+
+
+def validate_name(name: object) -> str:
+    """Return ``name`` if it is a valid queue name, else raise :class:`ConfigError`."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigError(
+            f"invalid queue name {name!r}: use 1-200 characters from A-Z a-z 0-9 _ . : -, "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """The key names of one queue, all under the hash tag ``{name}`` (one cluster slot)."""
+
+    prefix: str
+    name: str
+
+    def __post_init__(self) -> None:
+        validate_name(self.name)
+        if not isinstance(self.prefix, str) or not _PREFIX.fullmatch(self.prefix):
+            raise ConfigError(f"invalid key prefix {self.prefix!r}")
+
+    def key(self, role: str) -> str:
+        """The full key name of ``role`` (one of :data:`KEY_ROLES`)."""
+        return f"{self.prefix}:{{{self.name}}}:{role}"
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        """Every key of the queue, in script order."""
+        return tuple(self.key(role) for role in KEY_ROLES)
+
+    @property
+    def channel(self) -> str:
+        """The pub/sub channel that announces a new earliest due time."""
+        return self.key("events")
+
+    @property
+    def registry(self) -> str:
+        """The set of known queue names (outside the queue's slot: written by clients only)."""
+        return f"{self.prefix}:queues"

@@ -1,0 +1,95 @@
+-- Shared preamble, prepended to every script by scripts.py.
+--
+-- KEYS is the same for every script: the queue's key set in keys.py order, all under one
+-- {hash tag} so each script touches a single cluster slot.
+--
+-- Scores of the delayed, inflight and dead sorted sets pack two numbers:
+--   score = milliseconds * 10 + slot,  slot = 9 - priority
+-- so tasks due in the same millisecond come out highest priority first, and a task's priority
+-- travels with it from set to set without another lookup. string.format('%.0f') writes scores:
+-- Lua's tostring keeps only 14 significant digits and a score has 15.
+local K_DELAYED, K_TASKS, K_INFLIGHT, K_LEASES, K_ATTEMPTS, K_DEAD, K_ERRORS,
+      K_EXPIRY, K_KEYMAP, K_TASKKEY, K_KEPT, K_COUNTERS, K_EVENTS = unpack(KEYS)
+
+local SLOTS = 10
+
+-- One clock for everybody: the server's.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function fmt(n) return string.format('%.0f', n) end
+local function score(ms, slot) return ms * SLOTS + slot end
+local function ms_of(s) return math.floor(tonumber(s) / SLOTS) end
+local function slot_of(s) return tonumber(s) % SLOTS end
+
+local function head_score(key)
+  local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if head[2] then return tonumber(head[2]) end
+  return nil
+end
+
+-- Wake sleeping consumers only when the earliest due time moved earlier; the message is a
+-- hint (consumers also re-check on their own), so losing it delays but never stalls.
+local function announce_if_earlier(new_min, old_head)
+  if new_min and (not old_head or new_min < old_head) then
+    redis.call('PUBLISH', K_EVENTS, fmt(ms_of(new_min)))
+  end
+end
+
+local function backoff_ms(attempts, base, cap, factor)
+  local d = base * 2 ^ math.max(attempts - 1, 0)
+  if d > cap then d = cap end
+  return math.floor(d * factor)
+end
+
+local function count(field, n)
+  if n ~= 0 then redis.call('HINCRBY', K_COUNTERS, field, n) end
+end
+
+-- Drop the dedup-key mapping of a task; with remember, keep the key blocked for key_ttl ms.
+local function release_key(id, now, remember)
+  local v = redis.call('HGET', K_TASKKEY, id)
+  if not v then return end
+  redis.call('HDEL', K_TASKKEY, id)
+  local sep = string.find(v, '|', 1, true)
+  local key_ttl = tonumber(string.sub(v, 1, sep - 1))
+  local key = string.sub(v, sep + 1)
+  if redis.call('HGET', K_KEYMAP, key) ~= id then return end
+  if remember and key_ttl > 0 then
+    redis.call('ZADD', K_KEPT, fmt(now + key_ttl), key)
+  else
+    redis.call('HDEL', K_KEYMAP, key)
+  end
+end
+
+-- Remove every trace of a task except its place in delayed/inflight/dead (the caller's job).
+local function forget(id, now, remember_key)
+  redis.call('HDEL', K_TASKS, id)
+  redis.call('HDEL', K_ATTEMPTS, id)
+  redis.call('HDEL', K_ERRORS, id)
+  redis.call('ZREM', K_EXPIRY, id)
+  release_key(id, now, remember_key)
+end
+
+local function bury(id, slot, now, err)
+  redis.call('ZADD', K_DEAD, fmt(score(now, slot)), id)
+  if err and err ~= '' then redis.call('HSET', K_ERRORS, id, err) end
+  redis.call('ZREM', K_EXPIRY, id)
+  release_key(id, now, false)
+  count('dead_lettered', 1)
+end
+
+-- The lease score if token holds an unexpired lease on id, else nil.
+local function held_lease(id, token, now)
+  if redis.call('HGET', K_LEASES, id) ~= token then return nil end
+  local s = redis.call('ZSCORE', K_INFLIGHT, id)
+  if not s or ms_of(s) < now then return nil end
+  return tonumber(s)
+end
+
+local function drop_lease(id)
+  redis.call('ZREM', K_INFLIGHT, id)
+  redis.call('HDEL', K_LEASES, id)
+end

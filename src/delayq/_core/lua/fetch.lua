@@ -1,0 +1,120 @@
+-- fetch: hand out up to COUNT due tasks, after bounded housekeeping.
+-- KEYS:  the queue key set (see _lib.lua).
+-- ARGV[1] count: most tasks to hand out
+-- ARGV[2] lease_ms: visibility timeout; 0 = at-most-once (a task handed out is gone)
+-- ARGV[3] nonce: unique per call; lease tokens are nonce-i
+-- ARGV[4] max_attempts   ARGV[5] backoff base ms   ARGV[6] backoff cap ms
+-- ARGV[7] backoff factor in (0, 1], the client's jitter draw
+-- ARGV[8] housekeeping limit: most expired leases / ttls / kept keys handled per call
+-- Reply: {now_ms, next_wake_ms or -1, then per task: id, envelope, attempts, due_ms, slot, token}
+--        next_wake_ms is the earliest due time or lease expiry still ahead.
+local want = tonumber(ARGV[1])
+local lease_ms = tonumber(ARGV[2])
+local nonce = ARGV[3]
+local max_attempts = tonumber(ARGV[4])
+local base, cap, factor = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local limit = tonumber(ARGV[8])
+local now = now_ms()
+local old_head = head_score(K_DELAYED)
+local new_min = nil
+
+-- Leases that ran out: deliver again after backoff, or dead-letter on the last attempt.
+local lapsed = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', '(' .. fmt(score(now, 0)),
+  'WITHSCORES', 'LIMIT', 0, limit)
+for i = 1, #lapsed, 2 do
+  local id, slot = lapsed[i], slot_of(lapsed[i + 1])
+  drop_lease(id)
+  local attempts = tonumber(redis.call('HGET', K_ATTEMPTS, id) or '0')
+  local err = 'lease expired on attempt ' .. attempts
+  if attempts >= max_attempts then
+    bury(id, slot, now, err)
+  else
+    local s = score(now + backoff_ms(attempts, base, cap, factor), slot)
+    redis.call('ZADD', K_DELAYED, fmt(s), id)
+    redis.call('HSET', K_ERRORS, id, err)
+    if not new_min or s < new_min then new_min = s end
+  end
+end
+count('lease_expired', #lapsed / 2)
+
+-- Tasks whose ttl ran out before anyone took them.
+local has_expiry = redis.call('EXISTS', K_EXPIRY) == 1
+if has_expiry then
+  local stale = redis.call('ZRANGEBYSCORE', K_EXPIRY, '-inf', '(' .. fmt(now), 'LIMIT', 0, limit)
+  local expired = 0
+  for _, id in ipairs(stale) do
+    if redis.call('ZREM', K_DELAYED, id) == 1 then
+      forget(id, now, false)
+      expired = expired + 1
+    else
+      redis.call('ZREM', K_EXPIRY, id)
+    end
+  end
+  count('expired', expired)
+end
+
+-- Dedup keys whose keep-window closed.
+local kept = redis.call('ZRANGEBYSCORE', K_KEPT, '-inf', fmt(now), 'LIMIT', 0, limit)
+for _, key in ipairs(kept) do
+  redis.call('ZREM', K_KEPT, key)
+  local id = redis.call('HGET', K_KEYMAP, key)
+  if id and redis.call('HEXISTS', K_TASKS, id) == 0 then redis.call('HDEL', K_KEYMAP, key) end
+end
+
+local reply = {now, -1}
+local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', fmt(score(now, 9)),
+  'WITHSCORES', 'LIMIT', 0, want)
+local handed = 0
+for i = 1, #due, 2 do
+  local id, s = due[i], due[i + 1]
+  redis.call('ZREM', K_DELAYED, id)
+  local envelope = redis.call('HGET', K_TASKS, id)
+  local alive = envelope ~= false
+  if alive and has_expiry then
+    local deadline = redis.call('ZSCORE', K_EXPIRY, id)
+    if deadline then
+      redis.call('ZREM', K_EXPIRY, id)
+      if tonumber(deadline) < now then
+        forget(id, now, false)
+        count('expired', 1)
+        alive = false
+      end
+    end
+  end
+  if alive then
+    handed = handed + 1
+    local slot = slot_of(s)
+    local attempts, token
+    if lease_ms > 0 then
+      attempts = redis.call('HINCRBY', K_ATTEMPTS, id, 1)
+      token = nonce .. '-' .. handed
+      redis.call('HSET', K_LEASES, id, token)
+      redis.call('ZADD', K_INFLIGHT, fmt(score(now + lease_ms, slot)), id)
+    else
+      attempts = tonumber(redis.call('HGET', K_ATTEMPTS, id) or '0') + 1
+      token = ''
+      forget(id, now, true)
+    end
+    local n = #reply
+    reply[n + 1] = id
+    reply[n + 2] = envelope
+    reply[n + 3] = attempts
+    reply[n + 4] = ms_of(s)
+    reply[n + 5] = slot
+    reply[n + 6] = token
+  end
+end
+count('delivered', handed)
+
+announce_if_earlier(new_min, old_head)
+
+local next_due = head_score(K_DELAYED)
+local next_lapse = head_score(K_INFLIGHT)
+local wake = nil
+if next_due then wake = ms_of(next_due) end
+if next_lapse then
+  local lapse = ms_of(next_lapse) + 1
+  if not wake or lapse < wake then wake = lapse end
+end
+if wake then reply[2] = wake end
+return reply

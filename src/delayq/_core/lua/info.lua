@@ -1,0 +1,24 @@
+-- info: one task's state and data, read in one consistent step.
+-- KEYS:  the queue key set (see _lib.lua).
+-- ARGV[1] id
+-- Reply: {now, state, score or '', attempts, envelope or '', last error or '', ttl deadline
+--        or ''}; state is 'delayed', 'inflight', 'dead' or '' (unknown); the score's time is the
+--        due time (delayed), lease expiry (inflight) or time of death (dead).
+local id = ARGV[1]
+local now = now_ms()
+local state, s = '', redis.call('ZSCORE', K_DELAYED, id)
+if s then state = 'delayed' else
+  s = redis.call('ZSCORE', K_INFLIGHT, id)
+  if s then state = 'inflight' else
+    s = redis.call('ZSCORE', K_DEAD, id)
+    if s then state = 'dead' end
+  end
+end
+if state == '' then return {now, '', '', 0, '', '', ''} end
+return {
+  now, state, s,
+  tonumber(redis.call('HGET', K_ATTEMPTS, id) or '0'),
+  redis.call('HGET', K_TASKS, id) or '',
+  redis.call('HGET', K_ERRORS, id) or '',
+  redis.call('ZSCORE', K_EXPIRY, id) or '',
+}

@@ -1,0 +1,101 @@
+"""Values returned to users: task info, stats, states and the retry policy."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from ..exceptions import ConfigError
+
+
+def to_datetime(ms: int | None) -> datetime | None:
+    """Epoch milliseconds (server clock) as an aware UTC datetime."""
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+class TaskState(StrEnum):
+    """Where a task is in its life."""
+
+    DELAYED = "delayed"  # waiting for its due time
+    READY = "ready"  # due, waiting for a consumer
+    INFLIGHT = "inflight"  # leased to a consumer
+    DEAD = "dead"  # dead-lettered
+
+
+class DedupMode(StrEnum):
+    """What ``offer(key=...)`` does when a live task already holds the key."""
+
+    KEEP = "keep"  # leave the existing task; return its id
+    REPLACE = "replace"  # debounce: update the pending task's payload and due time
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential retry backoff with jitter: ``min(max, base * 2**(attempt-1))``, of which up
+    to ``jitter`` (a fraction) is randomly taken off so that retries spread out."""
+
+    base: float = 1.0
+    max: float = 300.0
+    jitter: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not (0 < self.base <= self.max) or not (0 <= self.jitter < 1):
+            raise ConfigError(f"invalid backoff {self!r}: need 0 < base <= max and 0 <= jitter < 1")
+
+    def args(self) -> tuple[int, int, str]:
+        """Script arguments: base ms, cap ms, and this call's jitter draw as a factor."""
+        factor = 1 - self.jitter * random.random()
+        return round(self.base * 1000), round(self.max * 1000), f"{factor:.6f}"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInfo:
+    """A snapshot of one task, from :meth:`DelayQueue.get`."""
+
+    id: str
+    state: TaskState
+    payload: Any
+    attempts: int
+    priority: int = 0
+    headers: Mapping[str, str] = field(default_factory=dict)
+    key: str | None = None
+    due_at: datetime | None = None  # delayed / ready
+    lease_expires_at: datetime | None = None  # inflight
+    dead_at: datetime | None = None  # dead
+    expires_at: datetime | None = None  # ttl deadline, if any
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadTask:
+    """A dead-lettered task, from :meth:`DelayQueue.dead`."""
+
+    id: str
+    payload: Any
+    attempts: int
+    dead_at: datetime
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Counts per state (read in one atomic step) and lifetime counters of a queue."""
+
+    queue: str
+    delayed: int  # not due yet
+    ready: int  # due, not yet handed out
+    inflight: int  # leased to consumers
+    dead: int
+    overdue: int  # ready for longer than the queue's overdue_after
+    oldest_overdue_age: float  # seconds the oldest due task has waited; 0.0 if none
+    next_due_at: datetime | None
+    counters: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        """Tasks stored in any state."""
+        return self.delayed + self.ready + self.inflight + self.dead

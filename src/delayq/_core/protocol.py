@@ -1,0 +1,223 @@
+"""Arguments and replies of every script: pure functions, shared by both front ends."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..exceptions import InvalidTaskError
+from .models import DedupMode
+
+# ASCII-sorted, so ids sort like the numbers they encode: same-millisecond ties among one
+# process's tasks come out in offer order.
+_ALPHABET: Final = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
+_counter = itertools.count()
+MAX_ID_LEN: Final = 256
+MAX_KEY_LEN: Final = 512
+OFFER_CHUNK: Final = 1000  # tasks per offer script call: keeps each call well under 10 ms
+
+
+def new_task_id() -> str:
+    """A 16-character id: 48 bits of ms, a 16-bit process counter, 32 random bits."""
+    n = (time.time_ns() // 1_000_000) << 48 | (next(_counter) & 0xFFFF) << 32
+    n |= random.getrandbits(32)
+    return "".join(_ALPHABET[(n >> shift) & 63] for shift in range(90, -1, -6))
+
+
+def new_nonce() -> str:
+    """A lease-token prefix unique to one fetch call."""
+    return os.urandom(8).hex()
+
+
+def check_id(value: object, what: str = "id") -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LEN:
+        raise InvalidTaskError(f"{what} must be a non-empty string of at most {MAX_ID_LEN} chars")
+    return value
+
+
+def check_key(value: object) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_KEY_LEN:
+        raise InvalidTaskError(f"key must be a non-empty string of at most {MAX_KEY_LEN} chars")
+    return value
+
+
+def check_priority(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 9:
+        raise InvalidTaskError(f"priority must be an int from 0 to 9, got {value!r}")
+    return value
+
+
+def check_headers(value: object) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise InvalidTaskError("headers must be a mapping of str to str")
+    return dict(value)
+
+
+@dataclass(frozen=True, slots=True)
+class OfferSpec:
+    """One validated, encoded task ready for the offer script."""
+
+    id: str
+    due_kind: str
+    due_value: int
+    priority: int
+    envelope: bytes
+    key: str = ""
+    key_ttl_ms: int = 0
+    ttl_ms: int = 0
+
+
+def offer_args(mode: DedupMode, specs: Sequence[OfferSpec]) -> list[Any]:
+    args: list[Any] = [mode.value, len(specs)]
+    for s in specs:
+        args += (
+            s.id,
+            s.due_kind,
+            s.due_value,
+            s.priority,
+            s.envelope,
+            s.key,
+            s.key_ttl_ms,
+            s.ttl_ms,
+        )
+    return args
+
+
+def parse_offer(reply: Sequence[Any]) -> list[tuple[str, int]]:
+    """(id, status) per task: 1 created, 2 replaced, 0 an existing task matched."""
+    return [(_str(reply[i]), int(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+
+@dataclass(frozen=True, slots=True)
+class RawTask:
+    """A delivered task before its envelope is decoded."""
+
+    id: str
+    envelope: bytes
+    attempts: int
+    due_ms: int
+    priority: int
+    token: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    now_ms: int
+    next_wake_ms: int | None  # earliest due time or lease expiry still ahead
+    tasks: list[RawTask]
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The per-queue settings the scripts need on each call."""
+
+    lease_ms: int  # 0 = at-most-once
+    max_attempts: int
+    backoff: Any  # models.Backoff
+    housekeeping: int = 100
+
+
+def fetch_args(policy: Policy, count: int) -> list[Any]:
+    base, cap, factor = policy.backoff.args()
+    return [
+        count,
+        policy.lease_ms,
+        new_nonce(),
+        policy.max_attempts,
+        base,
+        cap,
+        factor,
+        policy.housekeeping,
+    ]
+
+
+def parse_fetch(reply: Sequence[Any]) -> FetchResult:
+    tasks = [
+        RawTask(
+            id=_str(reply[i]),
+            envelope=bytes(reply[i + 1]),
+            attempts=int(reply[i + 2]),
+            due_ms=int(reply[i + 3]),
+            priority=9 - int(reply[i + 4]),
+            token=_str(reply[i + 5]) or None,
+        )
+        for i in range(2, len(reply), 6)
+    ]
+    wake = int(reply[1])
+    return FetchResult(int(reply[0]), None if wake < 0 else wake, tasks)
+
+
+def nack_args(
+    policy: Policy, task_id: str, token: str, outcome: str, delay_ms: int, error: str
+) -> list[Any]:
+    base, cap, factor = policy.backoff.args()
+    return [task_id, token, outcome, delay_ms, error[:4000], policy.max_attempts, base, cap, factor]
+
+
+@dataclass(frozen=True, slots=True)
+class InfoReply:
+    now_ms: int
+    state: str  # '' when unknown
+    score_ms: int | None
+    attempts: int
+    envelope: bytes | None
+    error: str | None
+    expires_ms: int | None
+
+
+def parse_info(reply: Sequence[Any]) -> InfoReply:
+    state = _str(reply[1])
+    if not state:
+        return InfoReply(int(reply[0]), "", None, 0, None, None, None)
+    score = int(float(reply[2]))
+    return InfoReply(
+        now_ms=int(reply[0]),
+        state=state,
+        score_ms=score // 10,
+        attempts=int(reply[3]),
+        envelope=bytes(reply[4]) or None,
+        error=_str(reply[5]) or None,
+        expires_ms=int(float(reply[6])) if reply[6] else None,
+    )
+
+
+def parse_stats(reply: Sequence[Any]) -> dict[str, Any]:
+    counters = {_str(reply[i]): int(reply[i + 1]) for i in range(8, len(reply), 2)}
+    oldest, next_due = int(reply[6]), int(reply[7])
+    return {
+        "now_ms": int(reply[0]),
+        "delayed": int(reply[1]),
+        "ready": int(reply[2]),
+        "inflight": int(reply[3]),
+        "dead": int(reply[4]),
+        "overdue": int(reply[5]),
+        "oldest_due_ms": None if oldest < 0 else oldest,
+        "next_due_ms": None if next_due < 0 else next_due,
+        "counters": counters,
+    }
+
+
+def parse_dead(reply: Sequence[Any]) -> list[tuple[str, int, int, str | None, bytes]]:
+    return [
+        (
+            _str(reply[i]),
+            int(reply[i + 1]),
+            int(reply[i + 2]),
+            _str(reply[i + 3]) or None,
+            bytes(reply[i + 4]),
+        )
+        for i in range(0, len(reply), 5)
+    ]
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,58 @@
+"""Validation of delays, due times and durations; everything becomes integer milliseconds."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from typing import Final
+
+from ..exceptions import InvalidDelay
+
+MAX_DELAY_MS: Final = 100 * 365 * 24 * 3600 * 1000  # beyond a century is a unit mistake
+_EPOCH_MS_LIMIT: Final = 253402300799000  # 9999-12-31T23:59:59Z
+
+Duration = float | int | timedelta
+
+
+def duration_ms(value: object, what: str = "delay", *, allow_zero: bool = True) -> int:
+    """Seconds (int/float) or a timedelta as whole milliseconds, rounded up."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidDelay(f"{what} must be seconds (int or float) or a timedelta, not {value!r}")
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise InvalidDelay(f"{what} must be finite, got {value!r}")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise InvalidDelay(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    ms = math.ceil(seconds * 1000)
+    if ms > MAX_DELAY_MS:
+        raise InvalidDelay(f"{what} of {value!r} is more than a century; check the unit (seconds)")
+    return ms
+
+
+def epoch_ms(at: object) -> int:
+    """An aware datetime or epoch seconds as epoch milliseconds."""
+    if isinstance(at, datetime):
+        if at.tzinfo is None or at.utcoffset() is None:
+            raise InvalidDelay("at must be a timezone-aware datetime (naive times are ambiguous)")
+        ms = math.ceil(at.timestamp() * 1000)
+    elif isinstance(at, int | float) and not isinstance(at, bool):
+        if math.isnan(at) or math.isinf(at):
+            raise InvalidDelay(f"at must be finite, got {at!r}")
+        ms = math.ceil(at * 1000)
+    else:
+        raise InvalidDelay(f"at must be an aware datetime or epoch seconds, not {at!r}")
+    if not 0 <= ms <= _EPOCH_MS_LIMIT:
+        raise InvalidDelay(f"at={at!r} is outside years 1970-9999")
+    return ms
+
+
+def due_spec(delay: object, at: object) -> tuple[str, int]:
+    """The script's due argument: ('d', ms from the server's now) or ('a', epoch ms)."""
+    if delay is not None and at is not None:
+        raise InvalidDelay("give delay or at, not both")
+    if at is not None:
+        return "a", epoch_ms(at)
+    return "d", duration_ms(0 if delay is None else delay)

@@ -1,0 +1,140 @@
+"""Thread primitives the queue needs: the client, sleeping, and the wake-up listener."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import redis as redis_lib
+from redis.exceptions import RedisError
+
+from ..exceptions import ConfigError
+
+log = logging.getLogger("delayq")
+monotonic = time.monotonic
+CONNECTION_ERRORS = (ConnectionError, TimeoutError, OSError)
+_HISTORY = 256
+
+
+def sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def connect(redis: object, client_name: str) -> tuple[Any, bool]:
+    """The client to use and whether the queue owns (and so closes) it."""
+    if redis is None or isinstance(redis, str):
+        url = redis or "redis://127.0.0.1:6379/0"
+        return redis_lib.Redis.from_url(url, client_name=client_name), True
+    if not isinstance(redis, redis_lib.Redis):
+        raise ConfigError("DelayQueue needs a redis.Redis client or a URL")
+    if redis.get_connection_kwargs().get("decode_responses"):
+        raise ConfigError("pass a client created with decode_responses=False (tasks are bytes)")
+    return redis, False
+
+
+def close_client(client: Any) -> None:
+    client.close()
+
+
+class Notifier:
+    """Listens on the queue's channel in a daemon thread and wakes waiting consumers.
+
+    Messages carry the new earliest due time; they are hints only. After a reconnect the
+    listener wakes everybody with an unknown time, so waiters look at Redis again.
+    """
+
+    def __init__(self, client: Any, channel: str) -> None:
+        self._client = client
+        self._channel = channel
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._subscribed = threading.Event()
+        self._cond = threading.Condition()
+        self._generation = 0
+        self._history: collections.deque[tuple[int, int | None]] = collections.deque(
+            maxlen=_HISTORY
+        )
+        # Published on close to unblock our own listener; other listeners ignore it.
+        self._stop_word = f"stop:{os.getpid()}:{id(self)}".encode()
+
+    def start(self) -> None:
+        """Subscribe (once); returns when the subscription is live or after a short wait."""
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._listen, name=f"delayq:{self._channel}", daemon=True
+                )
+                self._thread.start()
+        self._subscribed.wait(1.0)
+
+    def mark(self) -> int:
+        return self._generation
+
+    def wait(self, mark: int, timeout: float) -> tuple[int, int | None] | None:
+        """Wait for news after ``mark``: (new mark, earliest announced due ms, None if
+        unknown), or None on timeout."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._generation != mark, timeout):
+                return None
+            dues = [due for gen, due in self._history if gen > mark]
+            if len(dues) < self._generation - mark or None in dues:
+                return self._generation, None
+            return self._generation, min(dues)  # type: ignore[type-var]
+
+    def _push(self, due_ms: int | None) -> None:
+        with self._cond:
+            self._generation += 1
+            self._history.append((self._generation, due_ms))
+            self._cond.notify_all()
+
+    def _listen(self) -> None:
+        backoff = 0.05
+        first = True
+        while not self._stop.is_set():
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.subscribe(self._channel)
+                self._subscribed.set()
+                if not first:
+                    log.info("delayq: resubscribed to %s", self._channel)
+                    self._push(None)  # messages may have been missed while away
+                first, backoff = False, 0.05
+                while not self._stop.is_set():
+                    message = pubsub.get_message(timeout=30.0)
+                    if message is None:
+                        continue
+                    if message["data"] == self._stop_word:
+                        break
+                    self._push(_due_of(message))
+            except (RedisError, *CONNECTION_ERRORS) as exc:
+                if self._stop.is_set():
+                    break
+                log.warning("delayq: listener on %s lost Redis (%s); retrying", self._channel, exc)
+                self._push(None)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
+            finally:
+                with contextlib.suppress(Exception):
+                    pubsub.close()
+
+    def close(self) -> None:
+        thread = self._thread
+        if thread is None:
+            return
+        self._stop.set()
+        with contextlib.suppress(Exception):
+            self._client.publish(self._channel, self._stop_word)
+        thread.join(2.0)
+        self._thread = None
+
+
+def _due_of(message: dict[str, Any]) -> int | None:
+    try:
+        return int(message["data"])
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,71 @@
+"""The errors delayq raises.
+
+::
+
+    DelayqError
+    ├── ConfigError (ValueError)          bad queue options: codec, name, limits
+    ├── InvalidTaskError (ValueError)     a task that cannot be scheduled; nothing was written
+    │   ├── InvalidDelay                  negative, NaN, infinite or absurd delays; naive datetimes
+    │   ├── EncodeError (TypeError)       a payload the codec cannot encode
+    │   └── PayloadTooLarge               an encoded task over the queue's size limit
+    ├── DecodeError (ValueError)          a stored task that cannot be read back
+    ├── TaskNotFound (KeyError)           no task with that id
+    ├── LeaseLost                         ack/nack/extend on a lease that expired or moved on
+    ├── RedisUnavailable (ConnectionError) Redis did not answer within the call's time
+    ├── ServerError                       Redis answered with an error (BUSY, OOM, WRONGTYPE, ...)
+    └── QueueClosed (RuntimeError)        the queue object was closed
+"""
+
+from __future__ import annotations
+
+
+class DelayqError(Exception):
+    """Base class of every error raised by delayq."""
+
+
+class ConfigError(DelayqError, ValueError):
+    """A queue was configured with an invalid option."""
+
+
+class InvalidTaskError(DelayqError, ValueError):
+    """A task cannot be scheduled as given; nothing was written."""
+
+
+class InvalidDelay(InvalidTaskError):
+    """A delay or due time is negative, not finite, naive, ambiguous or absurdly far."""
+
+
+class EncodeError(InvalidTaskError, TypeError):
+    """The codec cannot encode the payload."""
+
+
+class PayloadTooLarge(InvalidTaskError):
+    """The encoded task is larger than the queue's ``max_payload_bytes``."""
+
+
+class DecodeError(DelayqError, ValueError):
+    """A stored task cannot be decoded (corrupt bytes, unknown codec, payload type mismatch)."""
+
+
+class TaskNotFound(DelayqError, KeyError):
+    """No task with the given id exists in the queue."""
+
+
+class LeaseLost(DelayqError):
+    """The lease on a task expired or was handed to another consumer.
+
+    Raised by ``ack``, ``nack`` and ``extend`` instead of touching a delivery that is no longer
+    the caller's. The task will be (or already was) delivered again: handlers must be idempotent.
+    """
+
+
+class RedisUnavailable(DelayqError, ConnectionError):
+    """Redis could not be reached within the call's retry window."""
+
+
+class ServerError(DelayqError):
+    """Redis answered a delayq script with an error (for example BUSY, OOM or WRONGTYPE)."""
+
+
+class QueueClosed(DelayqError, RuntimeError):
+    """The queue was closed; create a new one."""
