@@ -387,10 +387,13 @@ class AsyncDelayQueue:
         await self._notifier.start()
         while True:
             mark = self._notifier.mark()
+            sent_at = backend.monotonic()
             result = await self._run(
                 Op.FETCH, protocol.fetch_args(self._policy, count), deadline=deadline, parse=True
             )
-            fetched_at = backend.monotonic()
+            # The server read its clock about halfway through the round trip: plan from there.
+            received_at = backend.monotonic()
+            fetched_at = (sent_at + received_at) / 2 if received_at - sent_at < 0.05 else received_at
             tasks = await self._accept(result)
             if tasks:
                 return tasks
@@ -398,7 +401,7 @@ class AsyncDelayQueue:
                 continue  # every one was undecodable and is dead-lettered: look again now
             wake_at = fetched_at + self._safety_s
             if result.next_wake_ms is not None:
-                wake_at = min(wake_at, fetched_at + (result.next_wake_ms - result.now_ms) / 1000)
+                wake_at = min(wake_at, fetched_at + result.seconds_until(result.next_wake_ms))
             if deadline is not None:
                 if backend.monotonic() >= deadline:
                     return []
@@ -412,7 +415,7 @@ class AsyncDelayQueue:
                 mark, due_ms = news
                 if due_ms is None:
                     break
-                wake_at = min(wake_at, fetched_at + (due_ms - result.now_ms) / 1000)
+                wake_at = min(wake_at, fetched_at + result.seconds_until(due_ms))
 
     async def _accept(self, result: FetchResult) -> list[AsyncTask]:
         tasks = []

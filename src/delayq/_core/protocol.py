@@ -111,9 +111,17 @@ class RawTask:
 
 @dataclass(frozen=True, slots=True)
 class FetchResult:
-    now_ms: int
+    now_us: int  # server time
     next_wake_ms: int | None  # earliest due time or lease expiry still ahead
     tasks: list[RawTask]
+
+    @property
+    def now_ms(self) -> int:
+        return self.now_us // 1000
+
+    def seconds_until(self, ms: int) -> float:
+        """Seconds from this reply's server time until epoch ``ms``."""
+        return (ms * 1000 - self.now_us) / 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +162,8 @@ def parse_fetch(reply: Sequence[Any]) -> FetchResult:
     ]
     wake = int(reply[1])
     return FetchResult(int(reply[0]), None if wake < 0 else wake, tasks)
+
+
 
 
 def nack_args(

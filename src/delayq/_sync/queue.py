@@ -388,10 +388,15 @@ class DelayQueue:
         self._notifier.start()
         while True:
             mark = self._notifier.mark()
+            sent_at = backend.monotonic()
             result = self._run(
                 Op.FETCH, protocol.fetch_args(self._policy, count), deadline=deadline, parse=True
             )
-            fetched_at = backend.monotonic()
+            # The server read its clock about halfway through the round trip: plan from there.
+            received_at = backend.monotonic()
+            fetched_at = (
+                (sent_at + received_at) / 2 if received_at - sent_at < 0.05 else received_at
+            )
             tasks = self._accept(result)
             if tasks:
                 return tasks
@@ -399,7 +404,7 @@ class DelayQueue:
                 continue  # every one was undecodable and is dead-lettered: look again now
             wake_at = fetched_at + self._safety_s
             if result.next_wake_ms is not None:
-                wake_at = min(wake_at, fetched_at + (result.next_wake_ms - result.now_ms) / 1000)
+                wake_at = min(wake_at, fetched_at + result.seconds_until(result.next_wake_ms))
             if deadline is not None:
                 if backend.monotonic() >= deadline:
                     return []
@@ -413,7 +418,7 @@ class DelayQueue:
                 mark, due_ms = news
                 if due_ms is None:
                     break
-                wake_at = min(wake_at, fetched_at + (due_ms - result.now_ms) / 1000)
+                wake_at = min(wake_at, fetched_at + result.seconds_until(due_ms))
 
     def _accept(self, result: FetchResult) -> list[Task]:
         tasks = []

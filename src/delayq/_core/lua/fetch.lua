@@ -6,7 +6,8 @@
 -- ARGV[4] max_attempts   ARGV[5] backoff base ms   ARGV[6] backoff cap ms
 -- ARGV[7] backoff factor in (0, 1], the client's jitter draw
 -- ARGV[8] housekeeping limit: most expired leases / ttls / kept keys handled per call
--- Reply: {now_ms, next_wake_ms or -1, then per task: id, envelope, attempts, due_ms, slot, token}
+-- Reply: {now_us, next_wake_ms or -1, then per task: id, envelope, attempts, due_ms, slot, token}
+--        now_us is the server's time in microseconds (consumers plan their sleep from it);
 --        next_wake_ms is the earliest due time or lease expiry still ahead.
 local want = tonumber(ARGV[1])
 local lease_ms = tonumber(ARGV[2])
@@ -14,7 +15,9 @@ local nonce = ARGV[3]
 local max_attempts = tonumber(ARGV[4])
 local base, cap, factor = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local limit = tonumber(ARGV[8])
-local now = now_ms()
+local clock = redis.call('TIME')
+local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local now = math.floor(now_us / 1000)
 local old_head = head_score(K_DELAYED)
 local new_min = nil
 
@@ -61,7 +64,7 @@ for _, key in ipairs(kept) do
   if id and redis.call('HEXISTS', K_TASKS, id) == 0 then redis.call('HDEL', K_KEYMAP, key) end
 end
 
-local reply = {now, -1}
+local reply = {now_us, -1}
 local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', fmt(score(now, 9)),
   'WITHSCORES', 'LIMIT', 0, want)
 local handed = 0
