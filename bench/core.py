@@ -111,7 +111,9 @@ def _consumer(url: str, name: str, expected: int, out: Any, ready: Any, stop: An
     out.put(seen)
 
 
-def bench_lateness(url: str, name: str, n: int, spread_s: float, lead_s: float, consumers: int) -> dict[str, Any]:
+def bench_lateness(
+    url: str, name: str, n: int, spread_s: float, lead_s: float, consumers: int
+) -> dict[str, Any]:
     """n tasks due uniformly over spread_s (after lead_s), consumed by separate processes."""
     ctx = mp.get_context("spawn")
     out, stop = ctx.Queue(), ctx.Event()
@@ -166,7 +168,12 @@ def bench_drain(url: str, n: int, batch: int) -> dict[str, Any]:
         q.ack_many(tasks)
     elapsed = time.perf_counter() - start
     q.close()
-    return {"tasks": n, "per_s": round(len(seen) / elapsed), "lost": n - len(seen), "duplicated": dup}
+    return {
+        "tasks": n,
+        "per_s": round(len(seen) / elapsed),
+        "lost": n - len(seen),
+        "duplicated": dup,
+    }
 
 
 def bench_drain_async(url: str, n: int, batch: int, concurrency: int) -> dict[str, Any]:
@@ -193,7 +200,12 @@ def bench_drain_async(url: str, n: int, batch: int, concurrency: int) -> dict[st
         await asyncio.gather(*(loop() for _ in range(concurrency)))
         elapsed = time.perf_counter() - start
         await q.close()
-        return {"tasks": n, "per_s": round(len(seen) / elapsed), "lost": n - len(seen), "duplicated": dup}
+        return {
+            "tasks": n,
+            "per_s": round(len(seen) / elapsed),
+            "lost": n - len(seen),
+            "duplicated": dup,
+        }
 
     return asyncio.run(main())
 
@@ -212,15 +224,26 @@ def main(argv: list[str] | None = None) -> int:
     try:
         flush = redis.Redis.from_url(url)
         results: dict[str, Any] = {
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                        "redis": flush.info("server")["redis_version"]},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "redis": flush.info("server")["redis_version"],
+            },
         }
         steps = [
             ("offer_vs_zadd", lambda: bench_offer(url, int(5000 * scale) or 50, 3)),
             ("offer_many", lambda: bench_offer_many(url, int(100_000 * scale))),
             ("memory", lambda: bench_memory(url, int(100_000 * scale))),
-            ("steady", lambda: bench_lateness(url, "bench-steady", int(2000 * scale), 10 * scale, 2, 2)),
-            ("sparse", lambda: bench_lateness(url, "bench-sparse", max(int(40 * scale), 5), 10 * scale, 2, 1)),
+            (
+                "steady",
+                lambda: bench_lateness(url, "bench-steady", int(2000 * scale), 10 * scale, 2, 2),
+            ),
+            (
+                "sparse",
+                lambda: bench_lateness(
+                    url, "bench-sparse", max(int(40 * scale), 5), 10 * scale, 2, 1
+                ),
+            ),
             ("drain_sync", lambda: bench_drain(url, int(50_000 * scale), 500)),
             ("drain_async", lambda: bench_drain_async(url, int(50_000 * scale), 500, 4)),
         ]

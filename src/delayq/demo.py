@@ -141,7 +141,9 @@ def run(redis_url: str, orders: int, consumers: int, spread_s: float, console: C
         table.add_row("lateness p50 (ms)", f"{statistics.median(late):.2f}")
         table.add_row("lateness p99 (ms)", f"{late[min(len(late) - 1, int(len(late) * 0.99))]:.2f}")
         table.add_row("lateness max (ms)", f"{late[-1]:.2f}")
-    table.add_row("redis counters", ", ".join(f"{k}={v}" for k, v in sorted(stats.counters.items())))
+    table.add_row(
+        "redis counters", ", ".join(f"{k}={v}" for k, v in sorted(stats.counters.items()))
+    )
     console.print(table)
     ok = twice == 0 and lost == 0 and closed + len(shop.paid) == orders
     console.print("[bold green]OK[/]" if ok else "[bold red]MISMATCH[/]")
@@ -153,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis", default=os.environ.get("REDIS_URL"), help="Redis URL")
     parser.add_argument("--orders", type=int, default=300)
     parser.add_argument("--consumers", type=int, default=2)
-    parser.add_argument("--spread", type=float, default=5.0, help="seconds over which orders fall due")
+    parser.add_argument(
+        "--spread", type=float, default=5.0, help="seconds over which orders fall due"
+    )
     args = parser.parse_args(argv)
     console = Console()
     if args.redis:

@@ -123,6 +123,7 @@ class Notifier:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
             self._task = None
+            self._push(None)  # waiters look at the queue again, and find it closed
 
 
 def _due_of(message: dict[str, Any]) -> int | None:

@@ -393,7 +393,9 @@ class AsyncDelayQueue:
             )
             # The server read its clock about halfway through the round trip: plan from there.
             received_at = backend.monotonic()
-            fetched_at = (sent_at + received_at) / 2 if received_at - sent_at < 0.05 else received_at
+            fetched_at = (
+                (sent_at + received_at) / 2 if received_at - sent_at < 0.05 else received_at
+            )
             tasks = await self._accept(result)
             if tasks:
                 return tasks

@@ -35,9 +35,12 @@ def _msgpack() -> Any:
         ) from exc
 
 
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def dump_json(obj: Any) -> bytes:
     try:
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+        return _JSON.encode(obj).encode()
     except (TypeError, ValueError) as exc:
         raise EncodeError(f"payload is not JSON-serializable: {exc}") from exc
 

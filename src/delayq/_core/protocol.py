@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
 import os
 import random
@@ -13,9 +14,12 @@ from typing import Any, Final
 from ..exceptions import InvalidTaskError
 from .models import DedupMode
 
-# ASCII-sorted, so ids sort like the numbers they encode: same-millisecond ties among one
-# process's tasks come out in offer order.
-_ALPHABET: Final = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
+# Base64 re-lettered with an ASCII-sorted alphabet, so ids sort like the numbers they encode:
+# same-millisecond ties among one process's tasks come out in offer order.
+_ALPHABET: Final = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz~"
+_RELETTER: Final = bytes.maketrans(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", _ALPHABET.encode()
+)
 _counter = itertools.count()
 MAX_ID_LEN: Final = 256
 MAX_KEY_LEN: Final = 512
@@ -26,7 +30,7 @@ def new_task_id() -> str:
     """A 16-character id: 48 bits of ms, a 16-bit process counter, 32 random bits."""
     n = (time.time_ns() // 1_000_000) << 48 | (next(_counter) & 0xFFFF) << 32
     n |= random.getrandbits(32)
-    return "".join(_ALPHABET[(n >> shift) & 63] for shift in range(90, -1, -6))
+    return base64.b64encode(n.to_bytes(12, "big")).translate(_RELETTER).decode()
 
 
 def new_nonce() -> str:
@@ -162,8 +166,6 @@ def parse_fetch(reply: Sequence[Any]) -> FetchResult:
     ]
     wake = int(reply[1])
     return FetchResult(int(reply[0]), None if wake < 0 else wake, tasks)
-
-
 
 
 def nack_args(

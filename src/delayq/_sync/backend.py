@@ -131,6 +131,7 @@ class Notifier:
             self._client.publish(self._channel, self._stop_word)
         thread.join(2.0)
         self._thread = None
+        self._push(None)  # waiters look at the queue again, and find it closed
 
 
 def _due_of(message: dict[str, Any]) -> int | None:
