@@ -10,6 +10,8 @@ import time
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from ..exceptions import ConfigError
@@ -24,11 +26,22 @@ async def sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-def connect(redis: object, client_name: str) -> tuple[Any, bool]:
-    """The client to use and whether the queue owns (and so closes) it."""
+def connect(redis: object, client_name: str, timeout_s: float) -> tuple[Any, bool]:
+    """The client to use and whether the queue owns (and so closes) it.
+
+    A client made here times out after ``timeout_s`` and never retries by itself: the queue's
+    own retry loop decides, so that its deadlines hold against a hung server.
+    """
     if redis is None or isinstance(redis, str):
         url = redis or "redis://127.0.0.1:6379/0"
-        return aioredis.Redis.from_url(url, client_name=client_name), True
+        client = aioredis.Redis.from_url(
+            url,
+            client_name=client_name,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
+        )
+        return client, True
     if not isinstance(redis, aioredis.Redis | aioredis.RedisCluster):
         raise ConfigError(
             "AsyncDelayQueue needs a redis.asyncio Redis or RedisCluster client, or a URL"
@@ -110,8 +123,13 @@ class Notifier:
                     message = await pubsub.get_message(timeout=30.0)
                     if message is not None:
                         self._push(_due_of(message))
-            except (RedisError, *CONNECTION_ERRORS) as exc:
-                log.warning("delayq: listener on %s lost Redis (%s); retrying", self._channel, exc)
+            except Exception as exc:  # the listener must outlive any error; cancel ends it
+                if not isinstance(exc, RedisError | OSError):
+                    log.exception("delayq: listener on %s failed; restarting", self._channel)
+                else:
+                    log.warning(
+                        "delayq: listener on %s lost Redis (%s); retrying", self._channel, exc
+                    )
                 self._push(None)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)

@@ -163,7 +163,9 @@ class AsyncDelayQueue:
             max_payload_bytes,
         )
         self._policy = Policy(lease_ms if ack else 0, max_attempts, retry_backoff or Backoff())
-        self._redis, self._owns_redis = backend.connect(redis, f"delayq:{name}")
+        self._redis, self._owns_redis = backend.connect(
+            redis, f"delayq:{name}", min(max(self._reconnect_s, 0.5), 5.0)
+        )
         self._notifier = backend.Notifier(self._redis, self._keys.channel)
         self._registered = False
         self._closed = False
@@ -350,14 +352,18 @@ class AsyncDelayQueue:
         return result
 
     async def requeue_dead(self, task_id: str | None = None) -> int:
-        """Put one dead task (or all, with no id) back, due now; returns how many moved."""
+        """Put one dead task (or all, with no id) back, due now, attempts reset; returns how
+        many moved. A task whose dedup key another live task now holds stays dead."""
         if task_id is not None:
-            return int(await self._run(Op.REQUEUE, [1, protocol.check_id(task_id)]))
-        total, batch = 0, 1000
+            reply = await self._run(Op.REQUEUE, [1, 0, protocol.check_id(task_id)])
+            return int(reply[0])
+        total, offset, batch = 0, 0, 1000
         while True:
-            moved = int(await self._run(Op.REQUEUE, [batch]))
+            reply = await self._run(Op.REQUEUE, [batch, offset])
+            moved, examined = int(reply[0]), int(reply[1])
             total += moved
-            if moved < batch:
+            offset += examined - moved  # the ones left dead stay at the front
+            if examined < batch:
                 return total
 
     # -- consuming --------------------------------------------------------------------------
@@ -457,8 +463,9 @@ class AsyncDelayQueue:
             )
 
     async def ack(self, task: AsyncTask) -> None:
-        """Mark a delivered task done. Raises :class:`LeaseLost` if its lease expired or moved
-        on to another consumer (the task is then delivered again, or already was)."""
+        """Mark a delivered task done. Raises :class:`LeaseLost` if the task is still in the
+        queue but no longer ours (lease expired; it is or will be delivered again). Acking a
+        task that no longer exists is a no-op, so a resent ack is harmless."""
         if (await self.ack_many([task]))[0] is False:
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
 
@@ -470,8 +477,7 @@ class AsyncDelayQueue:
         args: list[Any] = []
         for t in leased:
             args += (t.id, t.lease_token)
-        reply = await self._run(Op.ACK, ["0", *args], repeat_args=["1", *args])
-        status = iter(int(s) != 0 for s in reply)
+        status = iter(int(s) != 0 for s in await self._run(Op.ACK, args))
         return [next(status) if t.lease_token is not None else True for t in tasks]
 
     async def nack(self, task: AsyncTask, delay: Duration | None = None) -> None:
@@ -500,7 +506,7 @@ class AsyncDelayQueue:
         if task.lease_token is None:
             return  # at-most-once: the task already left the queue
         args = protocol.nack_args(self._policy, task.id, task.lease_token, outcome, delay_ms, error)
-        reply = await self._run(Op.NACK, args, repeat_args=args)
+        reply = await self._run(Op.NACK, args)
         if int(reply[0]) == 0:
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
 
@@ -522,35 +528,19 @@ class AsyncDelayQueue:
             raise QueueClosed(f"queue {self.name!r} is closed")
 
     async def _run(
-        self,
-        op: Op,
-        args: list[Any],
-        *,
-        deadline: float | None = -1.0,
-        repeat_args: list[Any] | None = None,
-        parse: bool = False,
+        self, op: Op, args: list[Any], *, deadline: float | None = -1.0, parse: bool = False
     ) -> Any:
-        """Run a script by SHA (loading it on NOSCRIPT), retrying lost connections.
-
-        A retried call may repeat one whose reply was lost: ``repeat_args`` then replace the
-        arguments so the script can tell.
-        """
+        """Run a script by SHA (loading it on NOSCRIPT), retrying lost connections. Every
+        script is safe to resend after a lost reply (see their headers)."""
         entry = script(op)
-        first = True
+        keys = self._key_list
 
         async def attempt() -> Any:
-            nonlocal first
-            call_args = args if first or repeat_args is None else repeat_args
-            first = False
             try:
-                return await self._redis.evalsha(
-                    entry.sha, len(self._key_list), *self._key_list, *call_args
-                )
+                return await self._redis.evalsha(entry.sha, len(keys), *keys, *args)
             except NoScriptError:
                 await self._redis.script_load(entry.source)
-                return await self._redis.evalsha(
-                    entry.sha, len(self._key_list), *self._key_list, *call_args
-                )
+                return await self._redis.evalsha(entry.sha, len(keys), *keys, *args)
 
         reply = await self._call(attempt, deadline=deadline)
         return protocol.parse_fetch(reply) if parse else reply

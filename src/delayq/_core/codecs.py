@@ -41,21 +41,21 @@ _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=Fa
 def dump_json(obj: Any) -> bytes:
     try:
         return _JSON.encode(obj).encode()
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise EncodeError(f"payload is not JSON-serializable: {exc}") from exc
 
 
 def load_json(data: bytes) -> Any:
     try:
         return json.loads(data)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise DecodeError(f"stored task is not valid JSON: {exc}") from exc
 
 
 def dump_msgpack(obj: Any) -> bytes:
     try:
         return bytes(_msgpack().packb(obj, use_bin_type=True))
-    except (TypeError, ValueError, OverflowError) as exc:
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
         raise EncodeError(f"payload is not msgpack-serializable: {exc}") from exc
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import os
+import socket
 import threading
 import time
 from typing import Any
 
 import redis as redis_lib
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
+from redis.retry import Retry
 
 from ..exceptions import ConfigError
 
@@ -25,11 +27,22 @@ def sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def connect(redis: object, client_name: str) -> tuple[Any, bool]:
-    """The client to use and whether the queue owns (and so closes) it."""
+def connect(redis: object, client_name: str, timeout_s: float) -> tuple[Any, bool]:
+    """The client to use and whether the queue owns (and so closes) it.
+
+    A client made here times out after ``timeout_s`` and never retries by itself: the queue's
+    own retry loop decides, so that its deadlines hold against a hung server.
+    """
     if redis is None or isinstance(redis, str):
         url = redis or "redis://127.0.0.1:6379/0"
-        return redis_lib.Redis.from_url(url, client_name=client_name), True
+        client = redis_lib.Redis.from_url(
+            url,
+            client_name=client_name,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
+        )
+        return client, True
     if not isinstance(redis, redis_lib.Redis | redis_lib.RedisCluster):
         raise ConfigError("DelayQueue needs a redis.Redis or redis.RedisCluster client, or a URL")
     if redis.get_encoder().decode_responses:
@@ -59,8 +72,7 @@ class Notifier:
         self._history: collections.deque[tuple[int, int | None]] = collections.deque(
             maxlen=_HISTORY
         )
-        # Published on close to unblock our own listener; other listeners ignore it.
-        self._stop_word = f"stop:{os.getpid()}:{id(self)}".encode()
+        self._pubsub: Any = None
 
     def start(self) -> None:
         """Subscribe (once); returns when the subscription is live or after a short wait."""
@@ -97,6 +109,7 @@ class Notifier:
         first = True
         while not self._stop.is_set():
             pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            self._pubsub = pubsub
             try:
                 pubsub.subscribe(self._channel)
                 self._subscribed.set()
@@ -106,19 +119,22 @@ class Notifier:
                 first, backoff = False, 0.05
                 while not self._stop.is_set():
                     message = pubsub.get_message(timeout=30.0)
-                    if message is None:
-                        continue
-                    if message["data"] == self._stop_word:
-                        break
-                    self._push(_due_of(message))
-            except (RedisError, *CONNECTION_ERRORS) as exc:
+                    if message is not None:
+                        self._push(_due_of(message))
+            except Exception as exc:  # after close() the socket dies under us: any error
                 if self._stop.is_set():
                     break
-                log.warning("delayq: listener on %s lost Redis (%s); retrying", self._channel, exc)
+                if not isinstance(exc, RedisError | OSError):
+                    log.exception("delayq: listener on %s failed; restarting", self._channel)
+                else:
+                    log.warning(
+                        "delayq: listener on %s lost Redis (%s); retrying", self._channel, exc
+                    )
                 self._push(None)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
             finally:
+                self._pubsub = None
                 with contextlib.suppress(Exception):
                     pubsub.close()
 
@@ -127,8 +143,13 @@ class Notifier:
         if thread is None:
             return
         self._stop.set()
-        with contextlib.suppress(Exception):
-            self._client.publish(self._channel, self._stop_word)
+        # Wake the listener out of its blocking read without asking Redis (which may hang):
+        # shutting the socket down makes the read fail at once; the listener then closes it.
+        pubsub = self._pubsub
+        sock = getattr(getattr(pubsub, "connection", None), "_sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         thread.join(2.0)
         self._thread = None
         self._push(None)  # waiters look at the queue again, and find it closed

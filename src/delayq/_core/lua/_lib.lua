@@ -67,17 +67,24 @@ end
 -- Remove every trace of a task except its place in delayed/inflight/dead (the caller's job).
 local function forget(id, now, remember_key)
   redis.call('HDEL', K_TASKS, id)
+  redis.call('HDEL', K_LEASES, id)
   redis.call('HDEL', K_ATTEMPTS, id)
   redis.call('HDEL', K_ERRORS, id)
   redis.call('ZREM', K_EXPIRY, id)
   release_key(id, now, remember_key)
 end
 
+-- Dead-letter a task. Its dedup key is freed for new offers, but the task keeps its key record
+-- (taskkeys) so that requeue can take the key back.
 local function bury(id, slot, now, err)
   redis.call('ZADD', K_DEAD, fmt(score(now, slot)), id)
   if err and err ~= '' then redis.call('HSET', K_ERRORS, id, err) end
   redis.call('ZREM', K_EXPIRY, id)
-  release_key(id, now, false)
+  local v = redis.call('HGET', K_TASKKEY, id)
+  if v then
+    local key = string.sub(v, string.find(v, '|', 1, true) + 1)
+    if redis.call('HGET', K_KEYMAP, key) == id then redis.call('HDEL', K_KEYMAP, key) end
+  end
   count('dead_lettered', 1)
 end
 

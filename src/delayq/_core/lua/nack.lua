@@ -8,7 +8,10 @@
 -- ARGV[5] error text ('' = none)   ARGV[6] max_attempts
 -- ARGV[7] backoff base ms   ARGV[8] backoff cap ms   ARGV[9] backoff factor (jitter draw)
 -- Reply: {status, ms}: 1 = scheduled again, ms its due time; 2 = dead-lettered, ms now;
+--        3 = this token already gave the task back (a resent call), ms now;
 --        0 = lease lost, ms now
+-- The leases entry keeps '~' .. token after a give-back until the next delivery overwrites it,
+-- so a call resent after a lost reply is recognised as done rather than as a lost lease.
 local id, token, outcome = ARGV[1], ARGV[2], ARGV[3]
 local delay = tonumber(ARGV[4])
 local err = ARGV[5]
@@ -17,9 +20,13 @@ local base, cap, factor = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]
 local now = now_ms()
 
 local lease = held_lease(id, token, now)
-if not lease then return {0, now} end
+if not lease then
+  if redis.call('HGET', K_LEASES, id) == '~' .. token then return {3, now} end
+  return {0, now}
+end
 local slot = slot_of(lease)
-drop_lease(id)
+redis.call('ZREM', K_INFLIGHT, id)
+redis.call('HSET', K_LEASES, id, '~' .. token)
 if err ~= '' then redis.call('HSET', K_ERRORS, id, err) end
 
 local attempts = tonumber(redis.call('HGET', K_ATTEMPTS, id) or '0')

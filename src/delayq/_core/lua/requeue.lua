@@ -1,22 +1,39 @@
 -- requeue: put dead-lettered tasks back, due now, with a fresh attempt count.
 -- KEYS:  the queue key set (see _lib.lua).
--- ARGV[1] limit: with no ids, requeue up to this many of the oldest dead tasks
--- ARGV[2..] ids (none = the oldest `limit`)
--- Reply: number of tasks requeued
-local limit = tonumber(ARGV[1])
+-- ARGV[1] limit: with no ids, examine up to this many dead tasks, oldest first...
+-- ARGV[2] ...starting at this offset in the dead set
+-- ARGV[3..] ids (none = the `limit` dead tasks from the offset)
+-- Reply: {requeued, examined}. A dead task whose dedup key is now held by another live
+--        task stays dead (requeueing it would run the same business event twice).
+local limit, offset = tonumber(ARGV[1]), tonumber(ARGV[2])
 local ids = {}
-if #ARGV > 1 then
-  for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end
+if #ARGV > 2 then
+  for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
 else
-  ids = redis.call('ZRANGE', K_DEAD, 0, limit - 1)
+  ids = redis.call('ZRANGE', K_DEAD, offset, offset + limit - 1)
 end
 local now = now_ms()
 local old_head = head_score(K_DELAYED)
 local new_min = nil
 local moved = 0
+-- Take the task's dedup key back; false if another live task holds it.
+local function retake_key(id)
+  local v = redis.call('HGET', K_TASKKEY, id)
+  if not v then return true end
+  local key = string.sub(v, string.find(v, '|', 1, true) + 1)
+  local holder = redis.call('HGET', K_KEYMAP, key)
+  if holder and holder ~= id and redis.call('HEXISTS', K_TASKS, holder) == 1
+      and not redis.call('ZSCORE', K_DEAD, holder) then
+    return false
+  end
+  redis.call('HSET', K_KEYMAP, key, id)
+  redis.call('ZREM', K_KEPT, key)
+  return true
+end
+
 for _, id in ipairs(ids) do
   local s = redis.call('ZSCORE', K_DEAD, id)
-  if s then
+  if s and retake_key(id) then
     redis.call('ZREM', K_DEAD, id)
     redis.call('HDEL', K_ATTEMPTS, id)
     local ns = score(now, slot_of(s))
@@ -27,4 +44,4 @@ for _, id in ipairs(ids) do
 end
 count('requeued', moved)
 announce_if_earlier(new_min, old_head)
-return moved
+return {moved, #ids}
