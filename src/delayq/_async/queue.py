@@ -341,7 +341,11 @@ class AsyncDelayQueue:
 
     async def dead(self, limit: int = 100, offset: int = 0) -> list[DeadTask]:
         """Dead-lettered tasks, oldest first, with their last error."""
-        rows = protocol.parse_dead(await self._run(Op.DEAD, [int(offset), int(limit)]))
+        if not isinstance(limit, int) or not isinstance(offset, int) or limit < 0 or offset < 0:
+            raise ConfigError(f"limit and offset must be ints >= 0, got {limit!r}, {offset!r}")
+        if limit == 0:
+            return []
+        rows = protocol.parse_dead(await self._run(Op.DEAD, [offset, limit]))
         result = []
         for task_id, dead_ms, attempts, error, envelope in rows:
             try:

@@ -98,7 +98,10 @@ class EnvelopeCodec:
             except Exception as exc:  # corrupt pickles raise anything
                 raise DecodeError(f"pickled payload cannot be loaded: {exc}") from exc
         if self.payload_type is not None:
-            payload = self.payload_type.load(payload, int(doc.get("tv", 1)))
+            type_version = doc.get("tv", 1)
+            if not isinstance(type_version, int) or isinstance(type_version, bool):
+                raise DecodeError(f"stored task has a malformed type version {type_version!r}")
+            payload = self.payload_type.load(payload, type_version)
         headers = doc.get("h", {})
         priority = doc.get("pr", 0)
         if not isinstance(headers, dict) or not isinstance(priority, int):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,8 +44,11 @@ class Backoff:
     jitter: float = 0.5
 
     def __post_init__(self) -> None:
-        if not (0 < self.base <= self.max) or not (0 <= self.jitter < 1):
-            raise ConfigError(f"invalid backoff {self!r}: need 0 < base <= max and 0 <= jitter < 1")
+        finite = all(math.isfinite(v) for v in (self.base, self.max, self.jitter))
+        if not finite or not (0 < self.base <= self.max <= 86400 * 365) or not 0 <= self.jitter < 1:
+            raise ConfigError(
+                f"invalid backoff {self!r}: need 0 < base <= max <= a year, 0 <= jitter < 1"
+            )
 
     def args(self) -> tuple[int, int, str]:
         """Script arguments: base ms, cap ms, and this call's jitter draw as a factor."""

@@ -6,6 +6,7 @@ import base64
 import itertools
 import os
 import random
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,10 +27,21 @@ MAX_KEY_LEN: Final = 512
 OFFER_CHUNK: Final = 1000  # tasks per offer script call: keeps each call well under 10 ms
 
 
+_id_lock = threading.Lock()
+_last_stamp = 0
+
+
 def new_task_id() -> str:
-    """A 16-character id: 48 bits of ms, a 16-bit process counter, 32 random bits."""
-    n = (time.time_ns() // 1_000_000) << 48 | (next(_counter) & 0xFFFF) << 32
-    n |= random.getrandbits(32)
+    """A 16-character id: 48 bits of ms, a 16-bit process counter, 32 random bits.
+
+    The (ms, counter) stamp only grows within a process: a counter wrap or a clock step back
+    carries into the next millisecond rather than breaking the sort order.
+    """
+    global _last_stamp
+    stamp = (time.time_ns() // 1_000_000) << 16 | (next(_counter) & 0xFFFF)
+    with _id_lock:
+        stamp = _last_stamp = max(stamp, _last_stamp + 1)
+    n = stamp << 32 | random.getrandbits(32)
     return base64.b64encode(n.to_bytes(12, "big")).translate(_RELETTER).decode()
 
 
@@ -38,15 +50,27 @@ def new_nonce() -> str:
     return os.urandom(8).hex()
 
 
+def _utf8(value: str) -> bool:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_id(value: object, what: str = "id") -> str:
-    if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LEN:
-        raise InvalidTaskError(f"{what} must be a non-empty string of at most {MAX_ID_LEN} chars")
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_LEN or not _utf8(value):
+        raise InvalidTaskError(
+            f"{what} must be a non-empty UTF-8 string of at most {MAX_ID_LEN} chars"
+        )
     return value
 
 
 def check_key(value: object) -> str:
-    if not isinstance(value, str) or not 0 < len(value) <= MAX_KEY_LEN:
-        raise InvalidTaskError(f"key must be a non-empty string of at most {MAX_KEY_LEN} chars")
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_KEY_LEN or not _utf8(value):
+        raise InvalidTaskError(
+            f"key must be a non-empty UTF-8 string of at most {MAX_KEY_LEN} chars"
+        )
     return value
 
 

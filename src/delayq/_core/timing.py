@@ -19,13 +19,18 @@ def duration_ms(value: object, what: str = "delay", *, allow_zero: bool = True) 
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:
+            seconds = math.inf if value > 0 else -math.inf
     else:
         raise InvalidDelay(f"{what} must be seconds (int or float) or a timedelta, not {value!r}")
     if math.isnan(seconds) or math.isinf(seconds):
         raise InvalidDelay(f"{what} must be finite, got {value!r}")
     if seconds < 0 or (seconds == 0 and not allow_zero):
         raise InvalidDelay(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    if seconds > MAX_DELAY_MS / 1000:
+        raise InvalidDelay(f"{what} of {value!r} is more than a century; check the unit (seconds)")
     ms = math.ceil(seconds * 1000)
     if ms > MAX_DELAY_MS:
         raise InvalidDelay(f"{what} of {value!r} is more than a century; check the unit (seconds)")
@@ -39,8 +44,10 @@ def epoch_ms(at: object) -> int:
             raise InvalidDelay("at must be a timezone-aware datetime (naive times are ambiguous)")
         ms = math.ceil(at.timestamp() * 1000)
     elif isinstance(at, int | float) and not isinstance(at, bool):
-        if math.isnan(at) or math.isinf(at):
+        if isinstance(at, float) and (math.isnan(at) or math.isinf(at)):
             raise InvalidDelay(f"at must be finite, got {at!r}")
+        if not 0 <= at <= _EPOCH_MS_LIMIT / 1000:
+            raise InvalidDelay(f"at={at!r} is outside years 1970-9999")
         ms = math.ceil(at * 1000)
     else:
         raise InvalidDelay(f"at must be an aware datetime or epoch seconds, not {at!r}")

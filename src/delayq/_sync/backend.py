@@ -72,7 +72,7 @@ class Notifier:
         self._history: collections.deque[tuple[int, int | None]] = collections.deque(
             maxlen=_HISTORY
         )
-        self._pubsub: Any = None
+        self._conn: Any = None
 
     def start(self) -> None:
         """Subscribe (once); returns when the subscription is live or after a short wait."""
@@ -105,22 +105,28 @@ class Notifier:
             self._cond.notify_all()
 
     def _listen(self) -> None:
+        # A connection of our own rather than redis-py's PubSub, which reconnects by itself
+        # inside a failed read: close() must be able to end this thread without Redis.
         backoff = 0.05
         first = True
         while not self._stop.is_set():
-            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
-            self._pubsub = pubsub
+            conn = None
             try:
-                pubsub.subscribe(self._channel)
+                conn = _new_connection(self._client, self._channel)
+                self._conn = conn
+                conn.connect()
+                conn.send_command("SUBSCRIBE", self._channel)
+                conn.read_response()  # the subscribe confirmation
                 self._subscribed.set()
                 if not first:
                     log.info("delayq: resubscribed to %s", self._channel)
                     self._push(None)  # messages may have been missed while away
                 first, backoff = False, 0.05
                 while not self._stop.is_set():
-                    message = pubsub.get_message(timeout=30.0)
-                    if message is not None:
-                        self._push(_due_of(message))
+                    if conn.can_read(timeout=30.0):
+                        message = conn.read_response()
+                        if message and _str(message[0]) == "message":
+                            self._push(_due_of({"data": message[2]}))
             except Exception as exc:  # after close() the socket dies under us: any error
                 if self._stop.is_set():
                     break
@@ -134,25 +140,37 @@ class Notifier:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
             finally:
-                self._pubsub = None
-                with contextlib.suppress(Exception):
-                    pubsub.close()
+                self._conn = None
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        conn.disconnect()
 
     def close(self) -> None:
         thread = self._thread
         if thread is None:
             return
         self._stop.set()
-        # Wake the listener out of its blocking read without asking Redis (which may hang):
-        # shutting the socket down makes the read fail at once; the listener then closes it.
-        pubsub = self._pubsub
-        sock = getattr(getattr(pubsub, "connection", None), "_sock", None)
+        # Shutting the socket down makes the listener's blocking read fail at once, without a
+        # round trip to Redis (which may hang); the listener then disconnects it itself.
+        sock = getattr(self._conn, "_sock", None)
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
         thread.join(2.0)
         self._thread = None
         self._push(None)  # waiters look at the queue again, and find it closed
+
+
+def _new_connection(client: Any, channel: str) -> Any:
+    """A fresh connection, outside the pool's bookkeeping, to the node serving ``channel``."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:  # RedisCluster: any node hears every PUBLISH; take the channel's node
+        pool = client.get_node_from_key(channel).redis_connection.connection_pool
+    return pool.make_connection()
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _due_of(message: dict[str, Any]) -> int | None:
