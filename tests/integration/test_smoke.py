@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 
 from delayq import AsyncDelayQueue, DelayQueue
@@ -25,3 +27,40 @@ async def test_async_roundtrip(make_async_queue) -> None:
     assert task is not None and task.id == task_id
     await task.ack()
     assert (await q.stats()).counters["acked"] == 1
+
+
+def test_an_earlier_task_wakes_a_sleeping_consumer(make_queue) -> None:
+    """Only the pub/sub hint can wake this consumer in time: its safety re-check is 30 s away
+    and the task it sleeps for is due in 20 s."""
+    q: DelayQueue = make_queue(safety_interval=30)
+    producer: DelayQueue = make_queue()
+    producer.offer("later", delay=20)
+    started = time.monotonic()
+    assert q.poll(timeout=0) is None
+    assert time.monotonic() - started < 0.5, "subscribing must not stall a poll"
+    result: list[object] = []
+    consumer = threading.Thread(target=lambda: result.append(q.poll(timeout=10)))
+    consumer.start()
+    time.sleep(0.3)  # let the consumer fall asleep on the 20 s task (not a correctness wait)
+    offered = time.monotonic()
+    task_id = producer.offer("sooner", delay=0.2)
+    consumer.join(15)
+    task = result[0]
+    assert task is not None and task.id == task_id  # type: ignore[attr-defined]
+    assert 0.15 <= time.monotonic() - offered < 2.0
+
+
+async def test_an_earlier_task_wakes_a_sleeping_async_consumer(make_async_queue) -> None:
+    q: AsyncDelayQueue = make_async_queue(safety_interval=30)
+    producer: AsyncDelayQueue = make_async_queue()
+    await producer.offer("later", delay=20)
+    started = time.monotonic()
+    assert await q.poll(timeout=0) is None
+    assert time.monotonic() - started < 0.5, "subscribing must not stall a poll"
+    waiting = asyncio.ensure_future(q.poll(timeout=10))
+    await asyncio.sleep(0.3)  # let the consumer fall asleep on the 20 s task
+    offered = time.monotonic()
+    task_id = await producer.offer("sooner", delay=0.2)
+    task = await asyncio.wait_for(waiting, 15)
+    assert task is not None and task.id == task_id
+    assert 0.15 <= time.monotonic() - offered < 2.0

@@ -116,7 +116,7 @@ class Notifier:
                 self._conn = conn
                 conn.connect()
                 conn.send_command("SUBSCRIBE", self._channel)
-                conn.read_response()  # the subscribe confirmation
+                conn.read_response(push_request=True)  # the subscribe confirmation
                 self._subscribed.set()
                 if not first:
                     log.info("delayq: resubscribed to %s", self._channel)
@@ -124,7 +124,7 @@ class Notifier:
                 first, backoff = False, 0.05
                 while not self._stop.is_set():
                     if conn.can_read(timeout=30.0):
-                        message = conn.read_response()
+                        message = conn.read_response(push_request=True)
                         if message and _str(message[0]) == "message":
                             self._push(_due_of({"data": message[2]}))
             except Exception as exc:  # after close() the socket dies under us: any error
