@@ -7,7 +7,15 @@ from datetime import datetime
 from typing import Any
 
 from .envelope import EnvelopeCodec
-from .protocol import OfferSpec, check_headers, check_id, check_key, check_priority, new_task_id
+from .protocol import (
+    OfferSpec,
+    check_headers,
+    check_id,
+    check_key,
+    check_priority,
+    new_task_id,
+    offer_options,
+)
 from .timing import Duration, due_spec, duration_ms
 
 
@@ -32,14 +40,18 @@ def build_offer(codec: EnvelopeCodec, offer: Offer) -> OfferSpec:
     priority = check_priority(offer.priority)
     headers = check_headers(offer.headers)
     key = check_key(offer.key) if offer.key is not None else None
-    envelope = codec.encode(offer.payload, headers=headers, priority=priority, key=key)
+    key_ttl_ms = duration_ms(offer.key_ttl, "key_ttl") if offer.key_ttl is not None else 0
+    ttl_ms = duration_ms(offer.ttl, "ttl", allow_zero=False) if offer.ttl is not None else 0
     return OfferSpec(
-        id=check_id(offer.id) if offer.id is not None else new_task_id(),
-        due_kind=kind,
-        due_value=value,
-        priority=priority,
-        envelope=envelope,
-        key=key or "",
-        key_ttl_ms=duration_ms(offer.key_ttl, "key_ttl") if offer.key_ttl is not None else 0,
-        ttl_ms=duration_ms(offer.ttl, "ttl", allow_zero=False) if offer.ttl is not None else 0,
+        check_id(offer.id) if offer.id is not None else new_task_id(),
+        f"{kind}{value}",
+        codec.encode(offer.payload, headers=headers, priority=priority, key=key),
+        offer_options(priority, key, key_ttl_ms, ttl_ms),
+    )
+
+
+def build_plain_offer(codec: EnvelopeCodec, payload: Any, delay: Any) -> OfferSpec:
+    """The common bulk case, ``(payload, delay)``: no key, id, priority, headers or ttl."""
+    return OfferSpec(
+        new_task_id(), f"d{duration_ms(0 if delay is None else delay)}", codec.encode(payload)
     )

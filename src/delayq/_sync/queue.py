@@ -29,13 +29,14 @@ from .._core.models import (
     TaskState,
     to_datetime,
 )
-from .._core.offers import Offer, build_offer
+from .._core.offers import Offer, build_offer, build_plain_offer
 from .._core.protocol import FetchResult, OfferSpec, Policy, RawTask
 from .._core.scripts import Op, script
 from .._core.timing import Duration, due_spec, duration_ms
 from ..exceptions import (
     ConfigError,
     DecodeError,
+    InvalidTaskError,
     LeaseLost,
     QueueClosed,
     RedisUnavailable,
@@ -246,24 +247,50 @@ class DelayQueue:
         """Schedule many tasks in few round trips; ``items`` are ``(payload, delay)`` pairs or
         :class:`Offer` objects. Every item is validated and encoded before anything is written.
         Returns the ids in order."""
-        specs = [
-            build_offer(self._codec, item if isinstance(item, Offer) else Offer(*item))
-            for item in items
+        # Encode everything first: one bad item raises before anything is written.
+        specs = [self._spec(item) for item in items]
+        chunks = [
+            specs[start : start + protocol.OFFER_CHUNK]
+            for start in range(0, len(specs), protocol.OFFER_CHUNK)
         ]
+        if len(chunks) <= 1:
+            return self._offer(specs, dedup)
+        # Two chunks in flight, each on its own connection: Redis runs one script while the
+        # client packs the next request and parses the last reply.
+        mode = self._offer_mode(dedup)
+        self._register()
         ids: list[str] = []
-        for start in range(0, len(specs), protocol.OFFER_CHUNK):
-            ids += self._offer(specs[start : start + protocol.OFFER_CHUNK], dedup)
+        in_flight: list[Any] = []
+        for chunk in chunks:
+            if len(in_flight) == 2:
+                ids += backend.result(in_flight.pop(0))
+            in_flight.append(backend.spawn(self._send_offer, protocol.offer_args(mode, chunk)))
+        for pending in in_flight:
+            ids += backend.result(pending)
         return ids
 
-    def _offer(self, specs: Sequence[OfferSpec], dedup: str | None) -> list[str]:
+    def _spec(self, item: Offer | tuple[Any, Duration | None]) -> OfferSpec:
+        if isinstance(item, Offer):
+            return build_offer(self._codec, item)
+        if isinstance(item, tuple) and len(item) == 2:
+            return build_plain_offer(self._codec, *item)
+        raise InvalidTaskError(f"offer_many items are (payload, delay) or Offer, not {item!r}")
+
+    def _offer_mode(self, dedup: str | None) -> DedupMode:
         try:
-            mode = self._dedup if dedup is None else DedupMode(dedup)
+            return self._dedup if dedup is None else DedupMode(dedup)
         except ValueError as exc:
             raise ConfigError(f"dedup must be 'keep' or 'replace', got {dedup!r}") from exc
+
+    def _offer(self, specs: Sequence[OfferSpec], dedup: str | None) -> list[str]:
         if not specs:
+            self._offer_mode(dedup)
             return []
+        return self._send_offer(protocol.offer_args(self._offer_mode(dedup), specs))
+
+    def _send_offer(self, args: list[Any]) -> list[str]:
         self._register()
-        reply = self._run(Op.OFFER, protocol.offer_args(mode, specs))
+        reply = self._run(Op.OFFER, args)
         return [task_id for task_id, _ in protocol.parse_offer(reply)]
 
     def _register(self) -> None:

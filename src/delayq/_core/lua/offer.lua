@@ -2,18 +2,24 @@
 -- KEYS:  the queue key set (see _lib.lua).
 -- ARGV[1] dedup mode for keyed tasks: 'keep' (return the live task) or 'replace' (update a
 --         pending task's payload and due time: debounce)
--- ARGV[2] n, then n groups of 8 fields:
---         id, due kind ('d' = relative ms, 'a' = absolute epoch ms), value, priority (0-9),
---         envelope, dedup key ('' = none), key_ttl_ms, ttl_ms (0 = never expires)
+-- ARGV[2..] groups of 4 fields per task:
+--         id;
+--         due: 'd' .. ms from now, or 'a' .. absolute epoch ms;
+--         envelope;
+--         options: '' (priority 0, no key, no ttl) or 'priority|key_ttl_ms|ttl_ms|key'
+--           (key '' = none, ttl 0 = never expires).
 -- Reply: {id_1, status_1, ...}; status 1 = created, 2 = replaced, 0 = an existing task matched
 --        by id or key (its id is returned).
+-- Tasks without a key are written with one HSET and one ZADD for the whole batch.
 local mode = ARGV[1]
-local n = tonumber(ARGV[2])
+local n = (#ARGV - 1) / 4
 local now = now_ms()
 local old_head = head_score(K_DELAYED)
 local new_min = nil
 local created = 0
 local reply = {}
+local task_fields, delayed_fields, expiry_fields = {}, {}, {}
+local seen = {}
 
 -- The task holding key now, if any: live (pending or in flight), or kept after completion.
 local function holder_of(key)
@@ -34,18 +40,24 @@ local function set_expiry(id, due, ttl)
   else redis.call('ZREM', K_EXPIRY, id) end
 end
 
+local ids = {}
+for i = 0, n - 1 do ids[i + 1] = ARGV[2 + i * 4] end
+local stored = redis.call('HMGET', K_TASKS, unpack(ids))
+
 for i = 0, n - 1 do
-  local base = 3 + i * 8
-  local id, kind, value = ARGV[base], ARGV[base + 1], tonumber(ARGV[base + 2])
-  local slot = 9 - tonumber(ARGV[base + 3])
-  local envelope, key = ARGV[base + 4], ARGV[base + 5]
-  local key_ttl, ttl = tonumber(ARGV[base + 6]), tonumber(ARGV[base + 7])
-  local due = value
-  if kind == 'd' then due = now + value end
+  local base = 2 + i * 4
+  local id, due_arg, envelope, options = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
+  local due = tonumber(string.sub(due_arg, 2))
+  if string.byte(due_arg, 1) == 100 then due = now + due end  -- 'd': relative
+  local slot, key_ttl, ttl, key = 9, 0, 0, ''
+  if options ~= '' then
+    local p, kt, t, k = string.match(options, '^(%d)|(%d+)|(%d+)|(.*)$')
+    slot, key_ttl, ttl, key = 9 - tonumber(p), tonumber(kt), tonumber(t), k
+  end
   local s = score(due, slot)
 
   local holder = nil
-  if redis.call('HEXISTS', K_TASKS, id) == 1 then
+  if stored[i + 1] or seen[id] then
     holder = id
   elseif key ~= '' then
     holder = holder_of(key)
@@ -63,14 +75,24 @@ for i = 0, n - 1 do
     reply[#reply + 1] = holder
     reply[#reply + 1] = 0
   else
-    redis.call('HSET', K_TASKS, id, envelope)
-    redis.call('ZADD', K_DELAYED, fmt(s), id)
+    seen[id] = true
     if key ~= '' then
+      -- written at once: a later task of this batch with the same key must see it
+      redis.call('HSET', K_TASKS, id, envelope)
+      redis.call('ZADD', K_DELAYED, fmt(s), id)
       redis.call('HSET', K_KEYMAP, key, id)
       redis.call('HSET', K_TASKKEY, id, key_ttl .. '|' .. key)
       redis.call('ZREM', K_KEPT, key)
+    else
+      task_fields[#task_fields + 1] = id
+      task_fields[#task_fields + 1] = envelope
+      delayed_fields[#delayed_fields + 1] = fmt(s)
+      delayed_fields[#delayed_fields + 1] = id
     end
-    if ttl > 0 then set_expiry(id, due, ttl) end
+    if ttl > 0 then
+      expiry_fields[#expiry_fields + 1] = fmt(due + ttl)
+      expiry_fields[#expiry_fields + 1] = id
+    end
     if not new_min or s < new_min then new_min = s end
     created = created + 1
     reply[#reply + 1] = id
@@ -78,6 +100,11 @@ for i = 0, n - 1 do
   end
 end
 
+if #task_fields > 0 then
+  redis.call('HSET', K_TASKS, unpack(task_fields))
+  redis.call('ZADD', K_DELAYED, unpack(delayed_fields))
+end
+if #expiry_fields > 0 then redis.call('ZADD', K_EXPIRY, unpack(expiry_fields)) end
 count('offered', created)
 announce_if_earlier(new_min, old_head)
 return reply
