@@ -189,11 +189,6 @@ def test_encode_error_is_an_invalid_task_and_a_type_error() -> None:
         codec().encode({1})
 
 
-@pytest.mark.xfail(
-    reason="BUG: codecs.dump_json only catches TypeError/ValueError: a payload nested deeper "
-    "than the recursion limit escapes as RecursionError instead of EncodeError",
-    strict=True,
-)
 def test_too_deeply_nested_payload_is_an_encode_error() -> None:
     deep: list[Any] = []
     for _ in range(100_000):
@@ -273,11 +268,6 @@ def test_newer_envelope_version_is_refused_with_its_version() -> None:
         codec().decode(data)
 
 
-@pytest.mark.xfail(
-    reason="BUG: codecs.load_json only catches UnicodeDecodeError/ValueError: a deeply "
-    "nested stored task escapes as RecursionError, which the consumer does not dead-letter",
-    strict=True,
-)
 def test_deeply_nested_stored_task_is_a_decode_error() -> None:
     depth = 100_000
     data = b'{"v":1,"p":' + b"[" * depth + b"]" * depth + b"}"
@@ -451,11 +441,6 @@ def test_newer_version_is_a_decode_error_even_with_upgrade() -> None:
         codec(payload_type=CustomerV1).decode(new)
 
 
-@pytest.mark.xfail(
-    reason="BUG: envelope.decode does int(doc.get('tv', 1)) unguarded: a corrupt payload "
-    "version escapes as ValueError/TypeError instead of DecodeError",
-    strict=True,
-)
 @pytest.mark.parametrize("tv", ["x", None, [2]])
 def test_corrupt_payload_version_is_a_decode_error(tv: object) -> None:
     data = json.dumps({"v": 1, "p": {"name": "Ada"}, "tv": tv}).encode()

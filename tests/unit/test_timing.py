@@ -101,11 +101,6 @@ def test_duration_ms_rejects_more_than_a_century(value: object) -> None:
         duration_ms(value)
 
 
-@pytest.mark.xfail(
-    reason="BUG: timing.duration_ms raises OverflowError (not InvalidDelay) for huge delays: "
-    "float(10**400) overflows and math.ceil(1e308 * 1000) is ceil(inf)",
-    strict=True,
-)
 @pytest.mark.parametrize("value", [1e308, 10**400], ids=["1e308", "10**400"])
 def test_duration_ms_rejects_astronomical_delays_as_invalid_delay(value: object) -> None:
     with pytest.raises(InvalidDelay):
@@ -121,7 +116,7 @@ def test_duration_ms_zero_can_be_forbidden() -> None:
 
 
 def test_duration_ms_names_the_argument_in_errors() -> None:
-    with pytest.raises(InvalidDelay, match="^key_ttl"):
+    with pytest.raises(InvalidDelay, match=r"^key_ttl"):
         duration_ms(-1, "key_ttl")
 
 
@@ -191,11 +186,6 @@ def test_epoch_ms_rejects_times_outside_1970_to_9999(at: object) -> None:
         epoch_ms(at)
 
 
-@pytest.mark.xfail(
-    reason="BUG: timing.epoch_ms raises OverflowError (not InvalidDelay) for huge epoch "
-    "seconds: math.ceil(1e308 * 1000) is ceil(inf)",
-    strict=True,
-)
 @pytest.mark.parametrize("at", [1e308, 10**400], ids=["1e308", "10**400"])
 def test_epoch_ms_rejects_astronomical_times_as_invalid_delay(at: object) -> None:
     with pytest.raises(InvalidDelay):
@@ -236,8 +226,17 @@ def test_due_spec_rejects_both_delay_and_at(delay: object, at: object) -> None:
 
 @pytest.mark.parametrize(
     ("delay", "at"),
-    [(-1, None), (math.nan, None), (True, None), ("5", None), (CENTURY_S + 1, None)]
-    + [(None, datetime(2024, 1, 1)), (None, -5), (None, math.inf), (None, "now")],
+    [
+        (-1, None),
+        (math.nan, None),
+        (True, None),
+        ("5", None),
+        (CENTURY_S + 1, None),
+        (None, datetime(2024, 1, 1)),
+        (None, -5),
+        (None, math.inf),
+        (None, "now"),
+    ],
 )
 def test_due_spec_validates_what_it_gets(delay: object, at: object) -> None:
     with pytest.raises(InvalidDelay):

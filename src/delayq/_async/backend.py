@@ -26,18 +26,6 @@ async def sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-async def spawn(fn: Any, *args: Any) -> asyncio.Task[Any]:
-    """Start ``fn(*args)`` concurrently and let it send its request before returning, so the
-    caller's next CPU-bound step overlaps with Redis's work."""
-    task: asyncio.Task[Any] = asyncio.ensure_future(fn(*args))
-    await asyncio.sleep(0)
-    return task
-
-
-async def result(pending: asyncio.Task[Any]) -> Any:
-    return await pending
-
-
 def connect(redis: object, client_name: str, timeout_s: float) -> tuple[Any, bool]:
     """The client to use and whether the queue owns (and so closes) it.
 

@@ -252,22 +252,10 @@ class AsyncDelayQueue:
             specs[start : start + protocol.OFFER_CHUNK]
             for start in range(0, len(specs), protocol.OFFER_CHUNK)
         ]
-        if len(chunks) <= 1:
-            return await self._offer(specs, dedup)
-        # Two chunks in flight, each on its own connection: Redis runs one script while the
-        # client packs the next request and parses the last reply.
         mode = self._offer_mode(dedup)
-        await self._register()
         ids: list[str] = []
-        in_flight: list[Any] = []
-        for chunk in chunks:
-            if len(in_flight) == 2:
-                ids += await backend.result(in_flight.pop(0))
-            in_flight.append(
-                await backend.spawn(self._send_offer, protocol.offer_args(mode, chunk))
-            )
-        for pending in in_flight:
-            ids += await backend.result(pending)
+        for chunk in chunks:  # in order: a later task with the same key or id must lose
+            ids += await self._send_offer(protocol.offer_args(mode, chunk))
         return ids
 
     def _spec(self, item: Offer | tuple[Any, Duration | None]) -> OfferSpec:

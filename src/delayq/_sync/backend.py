@@ -8,7 +8,6 @@ import logging
 import socket
 import threading
 import time
-from concurrent.futures import Future
 from typing import Any
 
 import redis as redis_lib
@@ -26,25 +25,6 @@ _HISTORY = 256
 
 def sleep(seconds: float) -> None:
     time.sleep(seconds)
-
-
-def spawn(fn: Any, *args: Any) -> Future[Any]:
-    """Run ``fn(*args)`` in a short-lived thread, so the caller's next CPU-bound step overlaps
-    with the round trip (the GIL is released while waiting on the socket)."""
-    future: Future[Any] = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(fn(*args))
-        except BaseException as exc:  # handed to the caller through the future
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="delayq-offer", daemon=True).start()
-    return future
-
-
-def result(pending: Future[Any]) -> Any:
-    return pending.result()
 
 
 def connect(redis: object, client_name: str, timeout_s: float) -> tuple[Any, bool]:

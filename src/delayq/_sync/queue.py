@@ -253,20 +253,10 @@ class DelayQueue:
             specs[start : start + protocol.OFFER_CHUNK]
             for start in range(0, len(specs), protocol.OFFER_CHUNK)
         ]
-        if len(chunks) <= 1:
-            return self._offer(specs, dedup)
-        # Two chunks in flight, each on its own connection: Redis runs one script while the
-        # client packs the next request and parses the last reply.
         mode = self._offer_mode(dedup)
-        self._register()
         ids: list[str] = []
-        in_flight: list[Any] = []
-        for chunk in chunks:
-            if len(in_flight) == 2:
-                ids += backend.result(in_flight.pop(0))
-            in_flight.append(backend.spawn(self._send_offer, protocol.offer_args(mode, chunk)))
-        for pending in in_flight:
-            ids += backend.result(pending)
+        for chunk in chunks:  # in order: a later task with the same key or id must lose
+            ids += self._send_offer(protocol.offer_args(mode, chunk))
         return ids
 
     def _spec(self, item: Offer | tuple[Any, Duration | None]) -> OfferSpec:
