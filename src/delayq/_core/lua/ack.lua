@@ -8,20 +8,37 @@
 -- Being a no-op on a finished task makes ack safe to resend after a lost reply, whoever
 -- resends it (delayq or the redis client's own retry).
 local now = now_ms()
-local reply = {}
-local acked = 0
+local ids, tokens = {}, {}
 for i = 1, #ARGV, 2 do
-  local id, token = ARGV[i], ARGV[i + 1]
-  if held_lease(id, token, now) then
-    drop_lease(id)
-    forget(id, now, true)
-    acked = acked + 1
-    reply[#reply + 1] = 1
-  elseif redis.call('HEXISTS', K_TASKS, id) == 0 then
-    reply[#reply + 1] = 2
+  ids[#ids + 1] = ARGV[i]
+  tokens[#tokens + 1] = ARGV[i + 1]
+end
+-- Read every lease at once, then remove the finished tasks with one command per structure.
+local leases = redis.call('HMGET', K_LEASES, unpack(ids))
+local expiries = redis.call('ZMSCORE', K_INFLIGHT, unpack(ids))
+local reply, done, seen = {}, {}, {}
+for k, id in ipairs(ids) do
+  if leases[k] == tokens[k] and expiries[k] and ms_of(expiries[k]) >= now and not seen[id] then
+    seen[id] = true
+    done[#done + 1] = id
+    reply[k] = 1
+  elseif seen[id] or redis.call('HEXISTS', K_TASKS, id) == 0 then
+    reply[k] = 2
   else
-    reply[#reply + 1] = 0
+    reply[k] = 0
   end
 end
-count('acked', acked)
+if #done > 0 then
+  local keyed = redis.call('HMGET', K_TASKKEY, unpack(done))
+  for k, id in ipairs(done) do
+    if keyed[k] then release_key(id, now, true) end
+  end
+  redis.call('ZREM', K_INFLIGHT, unpack(done))
+  redis.call('HDEL', K_LEASES, unpack(done))
+  redis.call('HDEL', K_TASKS, unpack(done))
+  redis.call('HDEL', K_ATTEMPTS, unpack(done))
+  redis.call('HDEL', K_ERRORS, unpack(done))
+  redis.call('ZREM', K_EXPIRY, unpack(done))
+end
+count('acked', #done)
 return reply

@@ -67,44 +67,57 @@ end
 local reply = {now_us, -1}
 local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', fmt(score(now, 9)),
   'WITHSCORES', 'LIMIT', 0, want)
+local ids = {}
+for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
 local handed = 0
-for i = 1, #due, 2 do
-  local id, s = due[i], due[i + 1]
-  redis.call('ZREM', K_DELAYED, id)
-  local envelope = redis.call('HGET', K_TASKS, id)
-  local alive = envelope ~= false
-  if alive and has_expiry then
-    local deadline = redis.call('ZSCORE', K_EXPIRY, id)
-    if deadline then
-      redis.call('ZREM', K_EXPIRY, id)
-      if tonumber(deadline) < now then
-        forget(id, now, false)
-        count('expired', 1)
-        alive = false
+if #ids > 0 then
+  -- One command per structure for the whole batch, not one per task.
+  redis.call('ZREM', K_DELAYED, unpack(ids))
+  local envelopes = redis.call('HMGET', K_TASKS, unpack(ids))
+  local attempts = redis.call('HMGET', K_ATTEMPTS, unpack(ids))
+  local deadlines = {}
+  if has_expiry then
+    deadlines = redis.call('ZMSCORE', K_EXPIRY, unpack(ids))
+    redis.call('ZREM', K_EXPIRY, unpack(ids))
+  end
+  local attempt_fields, lease_fields, inflight_fields = {}, {}, {}
+  for k, id in ipairs(ids) do
+    local s, envelope = due[2 * k], envelopes[k]
+    local alive = envelope ~= false
+    if alive and deadlines[k] and tonumber(deadlines[k]) < now then
+      forget(id, now, false)
+      count('expired', 1)
+      alive = false
+    end
+    if alive then
+      handed = handed + 1
+      local slot = slot_of(s)
+      local tries = tonumber(attempts[k] or '0') + 1
+      local token = ''
+      if lease_ms > 0 then
+        token = nonce .. '-' .. handed
+        attempt_fields[#attempt_fields + 1] = id
+        attempt_fields[#attempt_fields + 1] = tries
+        lease_fields[#lease_fields + 1] = id
+        lease_fields[#lease_fields + 1] = token
+        inflight_fields[#inflight_fields + 1] = fmt(score(now + lease_ms, slot))
+        inflight_fields[#inflight_fields + 1] = id
+      else
+        forget(id, now, true)
       end
+      local n = #reply
+      reply[n + 1] = id
+      reply[n + 2] = envelope
+      reply[n + 3] = tries
+      reply[n + 4] = ms_of(s)
+      reply[n + 5] = slot
+      reply[n + 6] = token
     end
   end
-  if alive then
-    handed = handed + 1
-    local slot = slot_of(s)
-    local attempts, token
-    if lease_ms > 0 then
-      attempts = redis.call('HINCRBY', K_ATTEMPTS, id, 1)
-      token = nonce .. '-' .. handed
-      redis.call('HSET', K_LEASES, id, token)
-      redis.call('ZADD', K_INFLIGHT, fmt(score(now + lease_ms, slot)), id)
-    else
-      attempts = tonumber(redis.call('HGET', K_ATTEMPTS, id) or '0') + 1
-      token = ''
-      forget(id, now, true)
-    end
-    local n = #reply
-    reply[n + 1] = id
-    reply[n + 2] = envelope
-    reply[n + 3] = attempts
-    reply[n + 4] = ms_of(s)
-    reply[n + 5] = slot
-    reply[n + 6] = token
+  if #lease_fields > 0 then
+    redis.call('HSET', K_ATTEMPTS, unpack(attempt_fields))
+    redis.call('HSET', K_LEASES, unpack(lease_fields))
+    redis.call('ZADD', K_INFLIGHT, unpack(inflight_fields))
   end
 end
 count('delivered', handed)
