@@ -557,6 +557,9 @@ def _hide_announcements(monkeypatch: pytest.MonkeyPatch, producer: Any, prefix: 
     keys = list(producer.keys.all)
     assert keys[-1] == producer.keys.channel
     monkeypatch.setattr(producer, "_key_list", (*keys[:-1], elsewhere))
+    single = list(producer.keys.offer_one)
+    assert single[-1] == producer.keys.channel
+    monkeypatch.setattr(producer, "_offer_one_keys", (*single[:-1], elsewhere))
     return elsewhere
 
 

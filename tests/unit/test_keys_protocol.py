@@ -296,9 +296,19 @@ def test_fetch_args() -> None:
 def test_every_op_has_a_script_with_the_preamble() -> None:
     for op in Op:
         entry = script(op)
-        assert entry.source.startswith("-- Shared preamble")
+        standalone = "(standalone" in entry.source
+        assert entry.source.startswith("-- Shared preamble") != standalone, op
         assert re.fullmatch(r"[0-9a-f]{40}", entry.sha)
     assert len({script(op).sha for op in Op}) == len(Op)
+
+
+def test_scripts_carry_only_the_library_functions_they_use() -> None:
+    ack = script(Op.ACK).source
+    assert "local function release_key" in ack  # used
+    assert "local function backoff_ms" not in ack  # not used: costs every call
+    fetch = script(Op.FETCH).source
+    assert "local function backoff_ms" in fetch and "local function bury" in fetch
+    assert "local function forget" in fetch and "local function release_key" in fetch
 
 
 # -- models -----------------------------------------------------------------------------------

@@ -60,6 +60,11 @@ class QueueKeys:
         return tuple(self.key(role) for role in KEY_ROLES)
 
     @property
+    def offer_one(self) -> tuple[str, ...]:
+        """The short key list of the single-offer script."""
+        return (self.key("delayed"), self.key("tasks"), self.key("counters"), self.key("events"))
+
+    @property
     def channel(self) -> str:
         """The pub/sub channel that announces a new earliest due time."""
         return self.key("events")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
@@ -13,6 +14,7 @@ class Op(StrEnum):
     """One Lua script per operation; the value is the file name without ``.lua``."""
 
     OFFER = "offer"
+    OFFER_ONE = "offer_one"
     FETCH = "fetch"
     ACK = "ack"
     NACK = "nack"
@@ -39,8 +41,33 @@ def _read(name: str) -> str:
     return resources.files("delayq._core").joinpath("lua", f"{name}.lua").read_text("utf-8")
 
 
+_FUNCTION = re.compile(r"^local function (\w+)", re.MULTILINE)
+
+
+def _with_library(body: str) -> str:
+    """``body`` preceded by the shared preamble, keeping only the library functions it uses
+    (directly or through other library functions): each defined function costs every call."""
+    lib = _read("_lib")
+    starts = [m.start() for m in _FUNCTION.finditer(lib)]
+    header, blocks = lib[: starts[0]], {}
+    for start, end in zip(starts, [*starts[1:], len(lib)], strict=True):
+        block = lib[start:end]
+        blocks[_FUNCTION.match(block).group(1)] = block  # type: ignore[union-attr]
+    wanted: set[str] = set()
+    pending = [body]
+    while pending:
+        text = pending.pop()
+        for name, block in blocks.items():
+            if name not in wanted and re.search(rf"\b{name}\(", text):
+                wanted.add(name)
+                pending.append(block)
+    kept = "".join(block for name, block in blocks.items() if name in wanted)
+    return header + kept + "\n" + body
+
+
 @cache
 def script(op: Op) -> Script:
     """The loaded script of ``op`` (read from disk once per process)."""
-    source = _read("_lib") + "\n" + _read(op.value)
+    body = _read(op.value)
+    source = body if "(standalone" in body else _with_library(body)
     return Script(op, source, hashlib.sha1(source.encode()).hexdigest())

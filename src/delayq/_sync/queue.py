@@ -141,6 +141,7 @@ class DelayQueue:
     ) -> None:
         self._keys = QueueKeys(prefix, name)
         self._key_list = self._keys.all
+        self._offer_one_keys = self._keys.offer_one
         if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
             raise ConfigError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
         if not isinstance(max_payload_bytes, int) or max_payload_bytes < 1:
@@ -228,18 +229,17 @@ class DelayQueue:
         after a timeout is a no-op. ``ttl`` drops the task if it is not delivered within that
         long after its due time. Nothing is written if any argument is invalid.
         """
-        offer = Offer(
-            payload,
-            delay,
-            at=at,
-            key=key,
-            id=id,
-            priority=priority,
-            headers=headers,
-            ttl=ttl,
-            key_ttl=key_ttl,
-        )
-        return (self._offer([build_offer(self._codec, offer)], dedup))[0]
+        plain = key is None and id is None and at is None and ttl is None and key_ttl is None
+        if plain and priority == 0 and not headers:  # the common case, on a shorter path
+            spec = build_plain_offer(self._codec, payload, delay)
+            self._offer_mode(dedup)
+            self._register()
+            reply = self._run(Op.OFFER_ONE, list(spec[:3]), keys=self._offer_one_keys)
+            return protocol.parse_offer(reply)[0][0]
+        else:
+            offer = Offer(payload, delay, at, key, id, priority, headers, ttl, key_ttl)
+            spec = build_offer(self._codec, offer)
+        return (self._offer([spec], dedup))[0]
 
     def offer_many(
         self, items: Iterable[Offer | tuple[Any, Duration | None]], *, dedup: str | None = None
@@ -546,12 +546,19 @@ class DelayQueue:
             raise QueueClosed(f"queue {self.name!r} is closed")
 
     def _run(
-        self, op: Op, args: list[Any], *, deadline: float | None = -1.0, parse: bool = False
+        self,
+        op: Op,
+        args: list[Any],
+        *,
+        deadline: float | None = -1.0,
+        parse: bool = False,
+        keys: Sequence[str] | None = None,
     ) -> Any:
         """Run a script by SHA (loading it on NOSCRIPT), retrying lost connections. Every
         script is safe to resend after a lost reply (see their headers)."""
         entry = script(op)
-        keys = self._key_list
+        if keys is None:
+            keys = self._key_list
 
         def attempt() -> Any:
             try:

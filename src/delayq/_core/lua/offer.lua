@@ -10,7 +10,8 @@
 --           (key '' = none, ttl 0 = never expires).
 -- Reply: {id_1, status_1, ...}; status 1 = created, 2 = replaced, 0 = an existing task matched
 --        by id or key (its id is returned).
--- Tasks without a key are written with one HSET and one ZADD for the whole batch.
+-- Tasks without a key are written with one HSET and one ZADD for the whole batch; a single
+-- plain task takes a shorter path.
 local mode = ARGV[1]
 local n = (#ARGV - 1) / 4
 local now = now_ms()
@@ -20,6 +21,19 @@ local created = 0
 local reply = {}
 local task_fields, delayed_fields, expiry_fields = {}, {}, {}
 local seen = {}
+
+-- The common single offer (no key, ttl or priority) in as few commands as possible.
+if n == 1 and ARGV[5] == '' then
+  local id, due_arg = ARGV[2], ARGV[3]
+  local due = tonumber(string.sub(due_arg, 2))
+  if string.byte(due_arg, 1) == 100 then due = now + due end
+  if redis.call('HSETNX', K_TASKS, id, ARGV[4]) == 0 then return {id, 0} end
+  local s = score(due, 9)
+  redis.call('ZADD', K_DELAYED, fmt(s), id)
+  count('offered', 1)
+  announce_if_earlier(s, old_head)
+  return {id, 1}
+end
 
 -- The task holding key now, if any: live (pending or in flight), or kept after completion.
 local function holder_of(key)

@@ -1,0 +1,21 @@
+-- offer_one: schedule one plain task (no key, ttl or priority): offer.lua's common case with
+-- the fewest commands, because a single offer is on every producer's hot path.
+-- (standalone: no shared preamble; it gets its own short KEYS list)
+-- KEYS[1] delayed   KEYS[2] tasks   KEYS[3] counters   KEYS[4] events (channel)
+-- ARGV[1] id   ARGV[2] due: 'd' .. ms from now, or 'a' .. absolute epoch ms   ARGV[3] envelope
+-- Reply: {id, status}: 1 = created, 0 = a task with this id exists (a repeated offer)
+local id, due_arg = ARGV[1], ARGV[2]
+if redis.call('HSETNX', KEYS[2], id, ARGV[3]) == 0 then return {id, 0} end
+local t = redis.call('TIME')
+local due = tonumber(string.sub(due_arg, 2))
+if string.byte(due_arg, 1) == 100 then  -- 'd': relative to the server's clock
+  due = due + tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local score = due * 10 + 9  -- slot 9: priority 0 (see _lib.lua)
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+redis.call('ZADD', KEYS[1], string.format('%.0f', score), id)
+redis.call('HINCRBY', KEYS[3], 'offered', 1)
+if not head[2] or score < tonumber(head[2]) then
+  redis.call('PUBLISH', KEYS[4], string.format('%.0f', due))
+end
+return {id, 1}
