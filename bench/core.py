@@ -41,6 +41,22 @@ def summary(lateness: list[float]) -> dict[str, float]:
     }
 
 
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Field by field median of repeated runs (counts of lost/duplicated/early: the maximum)."""
+    merged: dict[str, Any] = {}
+    for field in runs[0]:
+        values = [run[field] for run in runs]
+        if field in ("lost", "duplicated", "early"):
+            merged[field] = max(values)
+        elif isinstance(values[0], int | float):
+            merged[field] = statistics.median(values)
+        else:
+            merged[field] = values[0]
+    if len(runs) > 1:
+        merged["runs"] = len(runs)
+    return merged
+
+
 # -- producing -------------------------------------------------------------------------------
 
 
@@ -217,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the harness")
     parser.add_argument("--json", action="store_true", help="write bench/results/core.json")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per scenario; medians shown")
     args = parser.parse_args(argv)
     scale = 0.02 if args.quick else 1.0
     server = None if args.redis else EmbeddedRedis().start()
@@ -248,8 +265,11 @@ def main(argv: list[str] | None = None) -> int:
             ("drain_async", lambda: bench_drain_async(url, int(50_000 * scale), 500, 4)),
         ]
         for name, step in steps:
-            flush.flushdb()
-            results[name] = step()
+            runs = []
+            for _ in range(args.repeat):
+                flush.flushdb()
+                runs.append(step())
+            results[name] = median_of(runs)
             print(f"{name:>14}: {results[name]}", flush=True)
         flush.flushdb()
         flush.close()

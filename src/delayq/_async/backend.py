@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import time
@@ -14,12 +13,12 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from .._core.wakeups import WakeLog, due_of
 from ..exceptions import ConfigError
 
 log = logging.getLogger("delayq")
 monotonic = time.monotonic
 CONNECTION_ERRORS = (ConnectionError, TimeoutError, OSError)
-_HISTORY = 256
 
 
 async def sleep(seconds: float) -> None:
@@ -68,10 +67,7 @@ class Notifier:
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
         self._changed = asyncio.Event()
-        self._generation = 0
-        self._history: collections.deque[tuple[int, int | None]] = collections.deque(
-            maxlen=_HISTORY
-        )
+        self._log = WakeLog()
 
     async def start(self) -> None:
         """Subscribe (once); returns when the subscription is live or after a short wait."""
@@ -82,28 +78,21 @@ class Notifier:
                 await asyncio.wait_for(self._subscribed.wait(), 1.0)
 
     def mark(self) -> int:
-        return self._generation
+        return self._log.generation
 
     async def wait(self, mark: int, timeout: float) -> tuple[int, int | None] | None:
         """Wait for news after ``mark``: (new mark, earliest announced due ms, None if
         unknown), or None on timeout."""
-        while self._generation == mark:
+        while self._log.generation == mark:
             changed = self._changed
             try:
                 await asyncio.wait_for(changed.wait(), timeout)
             except TimeoutError:
                 return None
-        return self._news_since(mark)
-
-    def _news_since(self, mark: int) -> tuple[int, int | None]:
-        dues = [due for gen, due in self._history if gen > mark]
-        if len(dues) < self._generation - mark or None in dues:
-            return self._generation, None
-        return self._generation, min(dues)  # type: ignore[type-var]
+        return self._log.news_since(mark)
 
     def _push(self, due_ms: int | None) -> None:
-        self._generation += 1
-        self._history.append((self._generation, due_ms))
+        self._log.push(due_ms)
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
@@ -122,7 +111,7 @@ class Notifier:
                 while True:
                     message = await pubsub.get_message(timeout=30.0)
                     if message is not None:
-                        self._push(_due_of(message))
+                        self._push(due_of(message["data"]))
             except Exception as exc:  # the listener must outlive any error; cancel ends it
                 if not isinstance(exc, RedisError | OSError):
                     log.exception("delayq: listener on %s failed; restarting", self._channel)
@@ -144,10 +133,3 @@ class Notifier:
                 await self._task
             self._task = None
             self._push(None)  # waiters look at the queue again, and find it closed
-
-
-def _due_of(message: dict[str, Any]) -> int | None:
-    try:
-        return int(message["data"])
-    except (TypeError, ValueError):
-        return None

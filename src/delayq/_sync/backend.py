@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import socket
@@ -15,12 +14,12 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
+from .._core.wakeups import WakeLog, due_of
 from ..exceptions import ConfigError
 
 log = logging.getLogger("delayq")
 monotonic = time.monotonic
 CONNECTION_ERRORS = (ConnectionError, TimeoutError, OSError)
-_HISTORY = 256
 
 
 def sleep(seconds: float) -> None:
@@ -68,10 +67,7 @@ class Notifier:
         self._stop = threading.Event()
         self._subscribed = threading.Event()
         self._cond = threading.Condition()
-        self._generation = 0
-        self._history: collections.deque[tuple[int, int | None]] = collections.deque(
-            maxlen=_HISTORY
-        )
+        self._log = WakeLog()
         self._conn: Any = None
 
     def start(self) -> None:
@@ -85,23 +81,19 @@ class Notifier:
         self._subscribed.wait(1.0)
 
     def mark(self) -> int:
-        return self._generation
+        return self._log.generation
 
     def wait(self, mark: int, timeout: float) -> tuple[int, int | None] | None:
         """Wait for news after ``mark``: (new mark, earliest announced due ms, None if
         unknown), or None on timeout."""
         with self._cond:
-            if not self._cond.wait_for(lambda: self._generation != mark, timeout):
+            if not self._cond.wait_for(lambda: self._log.generation != mark, timeout):
                 return None
-            dues = [due for gen, due in self._history if gen > mark]
-            if len(dues) < self._generation - mark or None in dues:
-                return self._generation, None
-            return self._generation, min(dues)  # type: ignore[type-var]
+            return self._log.news_since(mark)
 
     def _push(self, due_ms: int | None) -> None:
         with self._cond:
-            self._generation += 1
-            self._history.append((self._generation, due_ms))
+            self._log.push(due_ms)
             self._cond.notify_all()
 
     def _listen(self) -> None:
@@ -126,7 +118,7 @@ class Notifier:
                     if conn.can_read(timeout=30.0):
                         message = conn.read_response(push_request=True)
                         if message and _str(message[0]) == "message":
-                            self._push(_due_of({"data": message[2]}))
+                            self._push(due_of(message[2]))
             except Exception as exc:  # after close() the socket dies under us: any error
                 if self._stop.is_set():
                     break
@@ -171,10 +163,3 @@ def _new_connection(client: Any, channel: str) -> Any:
 
 def _str(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _due_of(message: dict[str, Any]) -> int | None:
-    try:
-        return int(message["data"])
-    except (TypeError, ValueError):
-        return None
