@@ -1,0 +1,96 @@
+"""What a worker does with a handler's outcome: shared by the thread and asyncio workers."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Retry(Exception):
+    """Raise from a handler to have the task delivered again after ``delay`` seconds (None:
+    the queue's backoff). Counts as a failed attempt."""
+
+    def __init__(self, delay: float | None = None, reason: str = "retry requested") -> None:
+        super().__init__(reason)
+        self.delay = delay
+        self.reason = reason
+
+
+class Reject(Exception):
+    """Raise from a handler to dead-letter the task at once with ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Verdict(StrEnum):
+    ACK = "ack"
+    RETRY = "retry"  # again after a delay or the backoff; dead after max_attempts
+    REJECT = "reject"  # dead-letter now
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    verdict: Verdict
+    delay: float | None = None
+    error: str = ""
+    dead: bool = False  # this retry exhausts the attempts: the task is dead-lettered
+
+
+def outcome_of(exc: BaseException | None, attempts: int, max_attempts: int) -> Outcome:
+    """The verdict on one handler run that raised ``exc`` (None: it returned)."""
+    if exc is None:
+        return Outcome(Verdict.ACK)
+    if isinstance(exc, Reject):
+        return Outcome(Verdict.REJECT, error=f"rejected: {exc.reason}", dead=True)
+    if isinstance(exc, Retry):
+        return Outcome(Verdict.RETRY, exc.delay, exc.reason, attempts >= max_attempts)
+    return Outcome(Verdict.RETRY, None, describe(exc), attempts >= max_attempts)
+
+
+def describe(exc: BaseException, limit: int = 4000) -> str:
+    """An error for the task's record: type, message and the innermost frames."""
+    text = "".join(traceback.format_exception(exc, limit=-8))
+    return text[-limit:]
+
+
+@dataclass(slots=True)
+class Counters:
+    """What a worker has done, for health checks and logs."""
+
+    started_at: float = field(default_factory=time.time)
+    last_progress: float = field(default_factory=time.monotonic)
+    last_fetch: float = field(default_factory=time.monotonic)
+    processed: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    dead: int = 0
+    timed_out: int = 0
+    redis_errors: int = 0
+
+    def progressed(self) -> None:
+        self.last_progress = time.monotonic()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerHealth:
+    """A worker's state for a supervisor: see :meth:`Worker.health`."""
+
+    state: str  # starting, running, stopping, stopped
+    alive: bool  # the fetch loop ran within the last few safety intervals
+    running: int  # handlers running now
+    processed: int
+    succeeded: int
+    failed: int
+    dead: int
+    timed_out: int
+    redis_errors: int
+    seconds_since_progress: float  # since a task last finished (or the worker started)
+    seconds_since_fetch: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}

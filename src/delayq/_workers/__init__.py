@@ -1,0 +1,1 @@
+"""Worker runtimes: ``Worker`` (threads) and ``AsyncWorker`` (asyncio)."""

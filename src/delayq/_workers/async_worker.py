@@ -1,0 +1,315 @@
+"""AsyncWorker: runs ``async def`` handlers on delayed queues, and never dies from a task."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from .._async.queue import AsyncDelayQueue, AsyncTask
+from .._core.handling import Counters, Verdict, WorkerHealth, outcome_of
+from ..exceptions import DelayqError, LeaseLost
+from .common import Hooks, WorkerOptions, call_hook, health_of, log_outcome, write_health_file
+
+log = logging.getLogger("delayq.worker")
+
+Handler = Callable[[AsyncTask], Awaitable[Any]]
+
+
+class AsyncWorker:
+    """Runs ``handler`` for every due task of ``queues`` with up to ``concurrency`` at once.
+
+    Return from the handler = ack. Raise = retry after the queue's backoff (dead-lettered after
+    ``max_attempts``); raise :class:`~delayq.Retry` or :class:`~delayq.Reject` to choose. Leases
+    are extended while a handler runs; a handler running past ``timeout`` is cancelled and its
+    task retried. ``run()`` returns after :meth:`stop` (or SIGTERM/SIGINT): fetching stops,
+    running handlers get ``grace`` seconds, and every task not finished is handed back at once.
+    """
+
+    def __init__(
+        self,
+        queues: AsyncDelayQueue | Sequence[AsyncDelayQueue],
+        handler: Handler,
+        *,
+        concurrency: int = 8,
+        timeout: float | None = None,
+        grace: float = 30.0,
+        prefetch: int | None = None,
+        health_file: str | None = None,
+        handle_signals: bool = True,
+        hooks: Hooks | None = None,
+    ) -> None:
+        self._queues = [queues] if isinstance(queues, AsyncDelayQueue) else list(queues)
+        self._handler = handler
+        self._options = WorkerOptions.build(
+            len(self._queues), concurrency, timeout, grace, prefetch, health_file
+        )
+        self._handle_signals = handle_signals
+        self._hooks = hooks or Hooks()
+        self._counters = Counters()
+        self._state = "starting"
+        self._held: dict[tuple[int, str], AsyncTask] = {}  # leased: buffered or running
+        self._running: dict[tuple[int, str], asyncio.Task[Any]] = {}
+        self._done: list[list[AsyncTask]] = [[] for _ in self._queues]
+        self._ack_ready = asyncio.Event()
+        self._space = asyncio.Event()  # set when a handler finishes
+        self._stopping = asyncio.Event()
+        self._signals = 0
+
+    # -- public -----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Begin a graceful shutdown (safe to call from a signal handler or another task)."""
+        self._stopping.set()
+
+    def health(self) -> WorkerHealth:
+        """Whether the loop is alive and when it last made progress."""
+        return health_of(self._state, self._counters, len(self._running), self._queues)
+
+    async def run(self) -> None:
+        """Work until stopped; then shut down gracefully and return."""
+        loop = asyncio.get_running_loop()
+        installed = self._install_signals(loop)
+        self._state = "running"
+        buffers = [asyncio.Queue[AsyncTask]() for _ in self._queues]
+        helpers = [
+            asyncio.create_task(self._ack_loop(), name="delayq-worker-ack"),
+            asyncio.create_task(self._heartbeat_loop(), name="delayq-worker-heartbeat"),
+            asyncio.create_task(self._health_loop(), name="delayq-worker-health"),
+        ]
+        fetchers = [
+            asyncio.create_task(self._fetch_loop(i, buffers[i]), name=f"delayq-worker-fetch-{i}")
+            for i in range(len(self._queues))
+        ]
+        runners = [
+            asyncio.create_task(self._run_loop(i, buffers[i]), name=f"delayq-worker-run-{i}")
+            for i in range(len(self._queues))
+            for _ in range(self._options.slots)
+        ]
+        log.info(
+            "delayq worker started: queues=%s concurrency=%d",
+            ",".join(q.name for q in self._queues), self._options.concurrency,
+        )  # fmt: skip
+        try:
+            await self._stopping.wait()
+        finally:
+            self._state = "stopping"
+            await self._shutdown(fetchers, runners, buffers)
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            await self._flush_acks()
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+            self._state = "stopped"
+            self._write_health()
+            log.info("delayq worker stopped: processed=%d", self._counters.processed)
+
+    # -- loops ------------------------------------------------------------------------------
+
+    async def _fetch_loop(self, index: int, buffer: asyncio.Queue[AsyncTask]) -> None:
+        queue = self._queues[index]
+        backoff = 0.05
+        while not self._stopping.is_set():
+            space = self._options.slots + self._options.prefetch - buffer.qsize()
+            space -= sum(1 for key in self._running if key[0] == index)
+            if space <= 0:
+                await self._wait_for_space()
+                continue
+            try:
+                tasks = await queue.poll_many(space, timeout=queue._safety_s)
+                backoff = 0.05
+            except DelayqError as exc:  # Redis away or refusing: keep trying, never die
+                self._counters.redis_errors += 1
+                log.warning("delayq worker: fetch from %s failed (%s); retrying", queue.name, exc)
+                await _sleep_unless(self._stopping, backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            self._counters.last_fetch = time.monotonic()
+            for task in tasks:
+                self._held[(index, task.id)] = task
+                buffer.put_nowait(task)
+
+    async def _wait_for_space(self) -> None:
+        self._space.clear()
+        await _sleep_unless(self._space, 0.5)
+
+    async def _run_loop(self, index: int, buffer: asyncio.Queue[AsyncTask]) -> None:
+        queue = self._queues[index]
+        while True:
+            task = await buffer.get()
+            key = (index, task.id)
+            current = asyncio.current_task()
+            assert current is not None
+            self._running[key] = current
+            try:
+                await self._process(index, queue, task)
+            finally:
+                self._running.pop(key, None)
+                self._space.set()
+
+    async def _process(self, index: int, queue: AsyncDelayQueue, task: AsyncTask) -> None:
+        hooks, started = self._hooks, time.monotonic()
+        call_hook(log, hooks.on_start, task)
+        error: BaseException | None = None
+        try:
+            if self._options.timeout is None:
+                result = await self._handler(task)
+            else:
+                async with asyncio.timeout(self._options.timeout):
+                    result = await self._handler(task)
+        except asyncio.CancelledError:
+            if self._stopping.is_set():
+                raise  # shutdown past the grace period: the task is handed back
+            error = TimeoutError("handler cancelled")
+        except TimeoutError as exc:
+            self._counters.timed_out += 1
+            error = TimeoutError(f"handler timed out after {self._options.timeout}s")
+            error.__cause__ = exc
+        except Exception as exc:  # the worker never dies from a task
+            error = exc
+        duration = time.monotonic() - started
+        outcome = outcome_of(error, task.attempts, queue._policy.max_attempts)
+        log_outcome(log, queue.name, task, outcome, duration)
+        self._counters.processed += 1
+        self._counters.progressed()
+        if outcome.verdict is Verdict.ACK:
+            self._counters.succeeded += 1
+            self._done[index].append(task)
+            self._ack_ready.set()
+            call_hook(log, hooks.on_success, task, result, duration)
+            return
+        self._counters.failed += 1
+        self._held.pop((index, task.id), None)
+        try:
+            if outcome.verdict is Verdict.REJECT:
+                await queue.reject(task, outcome.error)
+            else:
+                await queue.retry(task, outcome.delay, error=outcome.error)
+        except LeaseLost:
+            log.warning("delayq worker: lease on %s lost before its failure was recorded", task.id)
+        except DelayqError as exc:
+            log.warning("delayq worker: could not record failure of %s: %s", task.id, exc)
+        call_hook(log, hooks.on_failure, task, error)
+        if outcome.dead:
+            self._counters.dead += 1
+            call_hook(log, hooks.on_dead, task, error)
+
+    async def _ack_loop(self) -> None:
+        while True:
+            await self._ack_ready.wait()
+            self._ack_ready.clear()
+            await self._flush_acks()
+
+    async def _flush_acks(self) -> None:
+        for index, queue in enumerate(self._queues):
+            batch, self._done[index] = self._done[index], []
+            if not batch:
+                continue
+            try:
+                acked = await queue.ack_many(batch)
+            except DelayqError as exc:  # leases stay held: the heartbeat keeps them alive
+                self._counters.redis_errors += 1
+                log.warning("delayq worker: ack of %d tasks failed (%s); retrying", len(batch), exc)
+                self._done[index] = batch + self._done[index]
+                await asyncio.sleep(0.5)
+                self._ack_ready.set()
+                continue
+            for task, ok in zip(batch, acked, strict=True):
+                self._held.pop((index, task.id), None)
+                if not ok:
+                    log.warning("delayq worker: lease on %s lost before its ack", task.id)
+
+    async def _heartbeat_loop(self) -> None:
+        """Keep every held lease (buffered or running) alive while this worker has it."""
+        while True:
+            await asyncio.sleep(self._options.heartbeat_s(self._queues))
+            for (index, task_id), task in list(self._held.items()):
+                queue = self._queues[index]
+                try:
+                    await queue.extend(task, queue._policy.lease_ms / 1000)
+                except LeaseLost:
+                    self._held.pop((index, task_id), None)
+                    log.warning("delayq worker: lease on %s expired while held", task_id)
+                except DelayqError as exc:
+                    log.warning("delayq worker: heartbeat failed (%s)", exc)
+
+    async def _health_loop(self) -> None:
+        while True:
+            self._write_health()
+            await asyncio.sleep(1.0)
+
+    def _write_health(self) -> None:
+        if self._options.health_file:
+            write_health_file(self._options.health_file, self.health())
+
+    # -- shutdown ---------------------------------------------------------------------------
+
+    async def _shutdown(
+        self,
+        fetchers: list[asyncio.Task[None]],
+        runners: list[asyncio.Task[None]],
+        buffers: list[asyncio.Queue[AsyncTask]],
+    ) -> None:
+        for task in fetchers:
+            task.cancel()
+        await asyncio.gather(*fetchers, return_exceptions=True)
+        # Fetched but not started: hand back at once, without counting an attempt.
+        for index, buffer in enumerate(buffers):
+            while not buffer.empty():
+                await self._release(index, buffer.get_nowait())
+        busy = [t for t in runners if self._is_busy(t)]
+        idle = [t for t in runners if t not in busy]
+        for task in idle:
+            task.cancel()
+        if busy:
+            log.info(
+                "delayq worker: waiting up to %ss for %d handlers", self._options.grace, len(busy)
+            )
+            _, pending = await asyncio.wait(busy, timeout=self._options.grace)
+            for task in pending:
+                task.cancel()
+        await asyncio.gather(*runners, return_exceptions=True)
+        await self._flush_acks()
+        # Still held: handlers cut off by the grace period. Hand them back now.
+        for (index, _), held in list(self._held.items()):
+            if held not in self._done[index]:
+                await self._release(index, held)
+
+    def _is_busy(self, runner: asyncio.Task[None]) -> bool:
+        return runner in self._running.values()
+
+    async def _release(self, index: int, task: AsyncTask) -> None:
+        self._held.pop((index, task.id), None)
+        with contextlib.suppress(DelayqError):
+            await self._queues[index].release(task)
+
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
+        if not self._handle_signals or threading.current_thread() is not threading.main_thread():
+            return []
+        installed: list[int] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+            installed.append(sig)
+        return installed
+
+    def _on_signal(self, sig: int) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            log.warning(
+                "delayq worker: second signal, exiting now; in-flight tasks come back later"
+            )
+            os._exit(128 + sig)
+        log.info("delayq worker: %s received, shutting down", signal.Signals(sig).name)
+        self.stop()
+
+
+async def _sleep_unless(event: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)

@@ -1,0 +1,129 @@
+"""Options, hooks, logging and health files shared by both workers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._core.handling import Counters, Outcome, Verdict, WorkerHealth
+from ..exceptions import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """Callbacks for logging, tracing and metrics; exceptions in them are logged and ignored.
+
+    ``on_start(task)``, ``on_success(task, result, duration_s)``, ``on_failure(task, exc)``,
+    ``on_dead(task, exc)`` (the failure dead-lettered the task).
+    """
+
+    on_start: Callable[[Any], Any] | None = None
+    on_success: Callable[[Any, Any, float], Any] | None = None
+    on_failure: Callable[[Any, BaseException | None], Any] | None = None
+    on_dead: Callable[[Any, BaseException | None], Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    concurrency: int
+    slots: int  # handlers per queue (concurrency split evenly across queues)
+    prefetch: int  # tasks fetched ahead per queue, handed back on shutdown
+    timeout: float | None
+    grace: float
+    health_file: str | None
+
+    @classmethod
+    def build(
+        cls,
+        queues: int,
+        concurrency: int,
+        timeout: float | None,
+        grace: float,
+        prefetch: int | None,
+        health_file: str | None,
+    ) -> WorkerOptions:
+        if queues < 1:
+            raise ConfigError("a worker needs at least one queue")
+        if not isinstance(concurrency, int) or not 1 <= concurrency <= 10_000:
+            raise ConfigError(f"concurrency must be an int from 1 to 10000, got {concurrency!r}")
+        if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
+            raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if not (isinstance(grace, int | float) and grace >= 0):
+            raise ConfigError(f"grace must be >= 0 seconds, got {grace!r}")
+        slots = max(1, concurrency // queues)
+        if prefetch is None:
+            prefetch = slots
+        if not isinstance(prefetch, int) or prefetch < 0:
+            raise ConfigError(f"prefetch must be an int >= 0, got {prefetch!r}")
+        return cls(concurrency, slots, prefetch, timeout, float(grace), health_file)
+
+    @staticmethod
+    def heartbeat_s(queues: Sequence[Any]) -> float:
+        """Extend leases three times per visibility timeout of the shortest one."""
+        return max(0.05, min(int(q._policy.lease_ms) for q in queues) / 3000)
+
+
+def log_outcome(
+    log: logging.Logger, queue: str, task: Any, outcome: Outcome, duration: float
+) -> None:
+    fields = (
+        f"queue={queue} task={task.id} attempt={task.attempts} "
+        f"lateness_ms={task.lateness_ms} duration_ms={duration * 1000:.1f}"
+    )
+    if outcome.verdict is Verdict.ACK:
+        log.debug("delayq task done %s", fields)
+    elif outcome.dead:
+        log.error("delayq task dead-lettered %s error=%s", fields, _first_line(outcome.error))
+    else:
+        log.warning(
+            "delayq task failed, will retry %s error=%s", fields, _first_line(outcome.error)
+        )
+
+
+def _first_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def write_health_file(path: str, health: WorkerHealth) -> None:
+    """Atomically replace ``path`` with the worker's health as JSON (a supervisor reads it)."""
+    doc = {**health.as_dict(), "pid": os.getpid(), "updated_at": time.time()}
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".delayq-health-")
+    with os.fdopen(fd, "w") as out:
+        json.dump(doc, out)
+    os.replace(tmp, path)
+
+
+def call_hook(log: logging.Logger, hook: Callable[..., Any] | None, *args: Any) -> None:
+    """Run a user hook; a broken hook must not break the worker."""
+    if hook is None:
+        return
+    try:
+        hook(*args)
+    except Exception:  # whatever the hook raised, the worker goes on
+        log.exception("delayq worker: hook %r failed", hook)
+
+
+def health_of(state: str, counters: Counters, running: int, queues: Sequence[Any]) -> WorkerHealth:
+    now = time.monotonic()
+    safety = max(q._safety_s for q in queues)
+    return WorkerHealth(
+        state=state,
+        alive=state == "running" and now - counters.last_fetch < 3 * safety + 5,
+        running=running,
+        processed=counters.processed,
+        succeeded=counters.succeeded,
+        failed=counters.failed,
+        dead=counters.dead,
+        timed_out=counters.timed_out,
+        redis_errors=counters.redis_errors,
+        seconds_since_progress=round(now - counters.last_progress, 3),
+        seconds_since_fetch=round(now - counters.last_fetch, 3),
+    )

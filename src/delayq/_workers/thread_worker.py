@@ -1,0 +1,366 @@
+"""Worker: runs plain (sync) handlers in threads on delayed queues; never dies from a task."""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_lib
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._core.handling import Counters, Verdict, WorkerHealth, outcome_of
+from .._sync.queue import DelayQueue, Task
+from ..exceptions import DelayqError, LeaseLost
+from .common import Hooks, WorkerOptions, call_hook, health_of, log_outcome, write_health_file
+
+log = logging.getLogger("delayq.worker")
+
+Handler = Callable[[Task], Any]
+
+
+@dataclass(eq=False)
+class _Run:
+    index: int
+    task: Task
+    started: float = field(default_factory=time.monotonic)
+    abandoned: bool = False  # timed out or cut off by shutdown: its result no longer counts
+
+
+class Worker:
+    """Runs ``handler`` for every due task of ``queues`` in ``concurrency`` threads.
+
+    The same contract as :class:`AsyncWorker`: return = ack, raise = retry with backoff
+    (dead-lettered after ``max_attempts``), :class:`~delayq.Retry` / :class:`~delayq.Reject` to
+    choose; leases are extended while handlers run. A handler running past ``timeout`` cannot be
+    killed (it is a thread): it is abandoned, its task retried, and a fresh thread takes its
+    slot. ``run()`` blocks until :meth:`stop` or SIGTERM/SIGINT, then shuts down gracefully.
+    """
+
+    def __init__(
+        self,
+        queues: DelayQueue | Sequence[DelayQueue],
+        handler: Handler,
+        *,
+        concurrency: int = 8,
+        timeout: float | None = None,
+        grace: float = 30.0,
+        prefetch: int | None = None,
+        health_file: str | None = None,
+        handle_signals: bool = True,
+        hooks: Hooks | None = None,
+    ) -> None:
+        self._queues = [queues] if isinstance(queues, DelayQueue) else list(queues)
+        self._handler = handler
+        self._options = WorkerOptions.build(
+            len(self._queues), concurrency, timeout, grace, prefetch, health_file
+        )
+        self._handle_signals = handle_signals
+        self._hooks = hooks or Hooks()
+        self._counters = Counters()
+        self._state = "starting"
+        self._lock = threading.Lock()
+        self._held: dict[tuple[int, str], Task] = {}  # leased: buffered or running
+        self._running: dict[tuple[int, str], _Run] = {}
+        self._done: list[list[Task]] = [[] for _ in self._queues]
+        self._ack_ready = threading.Event()
+        self._space = threading.Event()
+        self._stopping = threading.Event()
+        self._finished = threading.Event()  # ends the helper threads, after the shutdown
+        self._buffers = [queue_lib.Queue[Task]() for _ in self._queues]
+        self._signals = 0
+
+    # -- public -----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Begin a graceful shutdown (safe from a signal handler or another thread)."""
+        self._stopping.set()
+
+    def health(self) -> WorkerHealth:
+        """Whether the loop is alive and when it last made progress."""
+        return health_of(self._state, self._counters, len(self._running), self._queues)
+
+    def run(self) -> None:
+        """Work until stopped; then shut down gracefully and return."""
+        previous = self._install_signals()
+        self._state = "running"
+        fetchers = [
+            self._thread(self._fetch_loop, i, name="fetch") for i in range(len(self._queues))
+        ]
+        self._runners = [
+            self._thread(self._run_loop, i, name="run")
+            for i in range(len(self._queues))
+            for _ in range(self._options.slots)
+        ]
+        helpers = [
+            self._thread(self._ack_loop, name="ack"),
+            self._thread(self._upkeep_loop, name="upkeep"),
+        ]
+        log.info(
+            "delayq worker started: queues=%s concurrency=%d",
+            ",".join(q.name for q in self._queues), self._options.concurrency,
+        )  # fmt: skip
+        try:
+            while not self._stopping.wait(0.2):  # wake often: signals run in this thread
+                pass
+        finally:
+            self._state = "stopping"
+            self._shutdown(fetchers)
+            self._finished.set()
+            self._ack_ready.set()
+            for thread in helpers:
+                thread.join(5)
+            self._flush_acks()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self._state = "stopped"
+            self._write_health()
+            log.info("delayq worker stopped: processed=%d", self._counters.processed)
+
+    # -- threads ----------------------------------------------------------------------------
+
+    def _thread(self, target: Callable[..., None], *args: Any, name: str) -> threading.Thread:
+        thread = threading.Thread(
+            target=target, args=args, name=f"delayq-worker-{name}", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def _fetch_loop(self, index: int) -> None:
+        queue, buffer = self._queues[index], self._buffers[index]
+        backoff = 0.05
+        while not self._stopping.is_set():
+            with self._lock:
+                busy = sum(1 for key in self._running if key[0] == index)
+            space = self._options.slots + self._options.prefetch - buffer.qsize() - busy
+            if space <= 0:
+                self._space.clear()
+                self._space.wait(0.5)
+                continue
+            try:
+                tasks = queue.poll_many(space, timeout=min(queue._safety_s, 0.5))
+                backoff = 0.05
+            except DelayqError as exc:  # Redis away or refusing: keep trying, never die
+                self._counters.redis_errors += 1
+                log.warning("delayq worker: fetch from %s failed (%s); retrying", queue.name, exc)
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            self._counters.last_fetch = time.monotonic()
+            with self._lock:
+                for task in tasks:
+                    self._held[(index, task.id)] = task
+            for task in tasks:
+                buffer.put(task)
+
+    def _run_loop(self, index: int) -> None:
+        queue, buffer = self._queues[index], self._buffers[index]
+        while not self._stopping.is_set():
+            try:
+                task = buffer.get(timeout=0.2)
+            except queue_lib.Empty:
+                continue
+            run = _Run(index, task)
+            with self._lock:
+                self._running[(index, task.id)] = run
+            try:
+                self._process(queue, run)
+            finally:
+                with self._lock:
+                    if self._running.get((index, task.id)) is run:
+                        del self._running[(index, task.id)]
+                self._space.set()
+            if run.abandoned:
+                return  # a replacement thread holds this slot now
+
+    def _process(self, queue: DelayQueue, run: _Run) -> None:
+        task, hooks = run.task, self._hooks
+        call_hook(log, hooks.on_start, task)
+        error: BaseException | None = None
+        result: Any = None
+        try:
+            result = self._handler(task)
+        except Exception as exc:  # the worker never dies from a task
+            error = exc
+        if run.abandoned:
+            log.warning("delayq worker: abandoned handler for %s returned; result ignored", task.id)
+            return
+        duration = time.monotonic() - run.started
+        self._settle(queue, run, error, result, duration)
+
+    def _settle(
+        self,
+        queue: DelayQueue,
+        run: _Run,
+        error: BaseException | None,
+        result: Any,
+        duration: float,
+    ) -> None:
+        task, index, hooks = run.task, run.index, self._hooks
+        outcome = outcome_of(error, task.attempts, queue._policy.max_attempts)
+        log_outcome(log, queue.name, task, outcome, duration)
+        self._counters.processed += 1
+        self._counters.progressed()
+        if outcome.verdict is Verdict.ACK:
+            self._counters.succeeded += 1
+            with self._lock:
+                self._done[index].append(task)
+            self._ack_ready.set()
+            call_hook(log, hooks.on_success, task, result, duration)
+            return
+        self._counters.failed += 1
+        with self._lock:
+            self._held.pop((index, task.id), None)
+        try:
+            if outcome.verdict is Verdict.REJECT:
+                queue.reject(task, outcome.error)
+            else:
+                queue.retry(task, outcome.delay, error=outcome.error)
+        except LeaseLost:
+            log.warning("delayq worker: lease on %s lost before its failure was recorded", task.id)
+        except DelayqError as exc:
+            log.warning("delayq worker: could not record failure of %s: %s", task.id, exc)
+        call_hook(log, hooks.on_failure, task, error)
+        if outcome.dead:
+            self._counters.dead += 1
+            call_hook(log, hooks.on_dead, task, error)
+
+    def _ack_loop(self) -> None:
+        while not self._finished.is_set():
+            self._ack_ready.wait(0.5)
+            self._ack_ready.clear()
+            self._flush_acks()
+
+    def _flush_acks(self) -> None:
+        for index, queue in enumerate(self._queues):
+            with self._lock:
+                batch, self._done[index] = self._done[index], []
+            if not batch:
+                continue
+            try:
+                acked = queue.ack_many(batch)
+            except DelayqError as exc:  # leases stay held: the heartbeat keeps them alive
+                self._counters.redis_errors += 1
+                log.warning("delayq worker: ack of %d tasks failed (%s); retrying", len(batch), exc)
+                with self._lock:
+                    self._done[index] = batch + self._done[index]
+                self._stopping.wait(0.5)
+                continue
+            with self._lock:
+                for task in batch:
+                    self._held.pop((index, task.id), None)
+            for task, ok in zip(batch, acked, strict=True):
+                if not ok:
+                    log.warning("delayq worker: lease on %s lost before its ack", task.id)
+
+    def _upkeep_loop(self) -> None:
+        """Heartbeat (extend held leases), timeouts and the health file."""
+        beat = self._options.heartbeat_s(self._queues)
+        next_beat = time.monotonic() + beat
+        next_health = 0.0
+        while not self._finished.is_set():  # heartbeats go on through the grace period
+            now = time.monotonic()
+            if self._options.timeout is not None:
+                self._abandon_overdue(now)
+            if now >= next_beat:
+                self._extend_held()
+                next_beat = now + beat
+            if now >= next_health:
+                self._write_health()
+                next_health = now + 1.0
+            self._finished.wait(0.05)
+
+    def _abandon_overdue(self, now: float) -> None:
+        timeout = self._options.timeout
+        assert timeout is not None
+        with self._lock:
+            overdue = [
+                r for r in self._running.values() if not r.abandoned and now - r.started > timeout
+            ]
+            for run in overdue:
+                run.abandoned = True
+                del self._running[(run.index, run.task.id)]
+        for run in overdue:
+            self._counters.timed_out += 1
+            error = TimeoutError(f"handler timed out after {timeout}s (abandoned)")
+            self._settle(self._queues[run.index], run, error, None, now - run.started)
+            self._runners.append(self._thread(self._run_loop, run.index, name="run"))
+
+    def _extend_held(self) -> None:
+        with self._lock:
+            held = list(self._held.items())
+        for (index, task_id), task in held:
+            queue = self._queues[index]
+            try:
+                queue.extend(task, queue._policy.lease_ms / 1000)
+            except LeaseLost:
+                with self._lock:
+                    self._held.pop((index, task_id), None)
+                log.warning("delayq worker: lease on %s expired while held", task_id)
+            except DelayqError as exc:
+                log.warning("delayq worker: heartbeat failed (%s)", exc)
+
+    def _write_health(self) -> None:
+        if self._options.health_file:
+            write_health_file(self._options.health_file, self.health())
+
+    # -- shutdown ---------------------------------------------------------------------------
+
+    def _shutdown(self, fetchers: list[threading.Thread]) -> None:
+        for thread in fetchers:
+            thread.join(5)
+        # Fetched but not started: hand back at once, without counting an attempt.
+        for index, buffer in enumerate(self._buffers):
+            while True:
+                try:
+                    self._release(index, buffer.get_nowait())
+                except queue_lib.Empty:
+                    break
+        deadline = time.monotonic() + self._options.grace
+        if self._running:
+            log.info(
+                "delayq worker: waiting up to %ss for %d handlers",
+                self._options.grace,
+                len(self._running),
+            )
+        for thread in self._runners:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._flush_acks()
+        # Handlers cut off by the grace period: their tasks go back now, not after the lease.
+        with self._lock:
+            cut_off = list(self._running.values())
+            for run in cut_off:
+                run.abandoned = True
+            self._running.clear()
+        for run in cut_off:
+            self._release(run.index, run.task)
+
+    def _release(self, index: int, task: Task) -> None:
+        with self._lock:
+            self._held.pop((index, task.id), None)
+        try:
+            self._queues[index].release(task)
+        except DelayqError as exc:
+            log.warning(
+                "delayq worker: could not hand back %s (%s); it returns after its lease",
+                task.id,
+                exc,
+            )
+
+    def _install_signals(self) -> dict[int, Any]:
+        if not self._handle_signals or threading.current_thread() is not threading.main_thread():
+            return {}
+        return {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def _on_signal(self, sig: int, frame: Any) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            log.warning(
+                "delayq worker: second signal, exiting now; in-flight tasks come back later"
+            )
+            os._exit(128 + sig)
+        log.info("delayq worker: %s received, shutting down", signal.Signals(sig).name)
+        self.stop()
