@@ -1,9 +1,13 @@
 """delayq: precise, reliable delayed queues for Python on Redis."""
 
 from ._async.queue import AsyncDelayQueue, AsyncTask
+from ._core.handling import Reject, Retry, WorkerHealth
 from ._core.models import Backoff, DeadTask, DedupMode, Stats, TaskInfo, TaskState
 from ._core.offers import Offer
 from ._sync.queue import DelayQueue, Task
+from ._workers.async_worker import AsyncWorker
+from ._workers.common import Hooks
+from ._workers.thread_worker import Worker
 from .exceptions import (
     ConfigError,
     DecodeError,
@@ -24,6 +28,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncDelayQueue",
     "AsyncTask",
+    "AsyncWorker",
     "Backoff",
     "ConfigError",
     "DeadTask",
@@ -32,6 +37,7 @@ __all__ = [
     "DelayQueue",
     "DelayqError",
     "EncodeError",
+    "Hooks",
     "InvalidDelay",
     "InvalidTaskError",
     "LeaseLost",
@@ -39,10 +45,14 @@ __all__ = [
     "PayloadTooLarge",
     "QueueClosed",
     "RedisUnavailable",
+    "Reject",
+    "Retry",
     "ServerError",
     "Stats",
     "Task",
     "TaskInfo",
     "TaskNotFound",
     "TaskState",
+    "Worker",
+    "WorkerHealth",
 ]

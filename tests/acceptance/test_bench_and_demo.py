@@ -38,3 +38,10 @@ def test_core_benchmark_harness_runs_at_tiny_size() -> None:
 def test_demo_closes_every_unpaid_order_once() -> None:
     out = run("-m", "delayq.demo", "--orders", "60", "--spread", "1")
     assert "closed twice" in out and "OK" in out and "MISMATCH" not in out
+
+
+def test_close_orders_example_runs() -> None:
+    out = run("examples/close_orders.py")
+    assert "closed order 1 (attempt 1" in out
+    assert "closed order 2 (attempt 3" in out  # two Retry() before it succeeded
+    assert "closed order 3" not in out and "dead-lettered" in out and "fraud" in out
