@@ -72,6 +72,8 @@ class WorkerOptions:
 def log_outcome(
     log: logging.Logger, queue: str, task: Any, outcome: Outcome, duration: float
 ) -> None:
+    if outcome.verdict is Verdict.ACK and not log.isEnabledFor(logging.DEBUG):
+        return  # the hot path: no string building for a log line nobody reads
     fields = (
         f"queue={queue} task={task.id} attempt={task.attempts} "
         f"lateness_ms={task.lateness_ms} duration_ms={duration * 1000:.1f}"
