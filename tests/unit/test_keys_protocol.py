@@ -286,11 +286,12 @@ def test_nack_args_truncate_long_errors() -> None:
 
 def test_fetch_args() -> None:
     policy = Policy(30_000, 5, Backoff(base=0.05, max=0.2, jitter=0))
-    args = protocol.fetch_args(policy, 7)
+    args = protocol.fetch_args(policy, 7, 15_000)
     assert args[0] == 7 and args[1] == 30_000 and args[3] == 5
     assert args[4:7] == [50, 200, "1.000000"]
     assert args[7] == policy.housekeeping
-    assert args[2] != protocol.fetch_args(policy, 7)[2]  # a fresh nonce per call
+    assert args[2] != protocol.fetch_args(policy, 7, 15_000)[2]  # a fresh nonce per call
+    assert args[8:] == ["0", 15_000] and protocol.as_resend(args)[8] == "1"
 
 
 def test_every_op_has_a_script_with_the_preamble() -> None:

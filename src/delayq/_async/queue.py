@@ -165,6 +165,9 @@ class AsyncDelayQueue:
             max_payload_bytes,
         )
         self._policy = Policy(lease_ms if ack else 0, max_attempts, retry_backoff or Backoff())
+        # How long Redis remembers an ack, to tell a resent ack from a stale one: longer than
+        # any retry of ours (reconnect_timeout) plus redis-py's own.
+        self._receipt_ms = int(self._reconnect_s * 1000) + 5000
         self._redis, self._owns_redis = backend.connect(
             redis, f"delayq:{name}", min(max(self._reconnect_s, 0.5), 5.0)
         )
@@ -289,7 +292,13 @@ class AsyncDelayQueue:
 
     async def cancel(self, task_id: str) -> bool:
         """Remove a task that is still waiting; True if it was delayed or ready and is gone."""
-        reply = await self._run(Op.CANCEL, [protocol.check_id(task_id)])
+        args = ["0", self._receipt_ms, protocol.check_id(task_id)]
+        reply = await self._run(
+            Op.CANCEL,
+            args,
+            keys=(*self._key_list, self._keys.key(f"cancel:{protocol.new_nonce()}")),
+            resend_args=["1", *args[1:]],
+        )
         return bool(int(reply[0]))
 
     async def reschedule(
@@ -404,8 +413,10 @@ class AsyncDelayQueue:
     async def poll_many(self, max_tasks: int, timeout: Duration = 0.0) -> list[AsyncTask]:
         """Up to ``max_tasks`` due tasks in one round trip, waiting up to ``timeout`` seconds
         for the first; an empty list if none came."""
-        if not isinstance(max_tasks, int) or not 1 <= max_tasks <= 10_000:
-            raise ConfigError(f"max_tasks must be an int from 1 to 10000, got {max_tasks!r}")
+        if not isinstance(max_tasks, int) or not 1 <= max_tasks <= protocol.MAX_BATCH:
+            raise ConfigError(
+                f"max_tasks must be an int from 1 to {protocol.MAX_BATCH}, got {max_tasks!r}"
+            )
         return await self._poll(max_tasks, duration_ms(timeout, "timeout") / 1000)
 
     async def _poll(self, count: int, timeout: float | None) -> list[AsyncTask]:
@@ -415,8 +426,14 @@ class AsyncDelayQueue:
         while True:
             mark = self._notifier.mark()
             sent_at = backend.monotonic()
+            args = protocol.fetch_args(self._policy, count, self._receipt_ms)
             result = await self._run(
-                Op.FETCH, protocol.fetch_args(self._policy, count), deadline=deadline, parse=True
+                Op.FETCH,
+                args,
+                deadline=deadline,
+                parse=True,
+                keys=(*self._key_list, self._keys.key(f"fetch:{args[2]}")),
+                resend_args=protocol.as_resend(args),
             )
             # The server read its clock about halfway through the round trip: plan from there.
             received_at = backend.monotonic()
@@ -484,9 +501,9 @@ class AsyncDelayQueue:
             )
 
     async def ack(self, task: AsyncTask) -> None:
-        """Mark a delivered task done. Raises :class:`LeaseLost` if the task is still in the
-        queue but no longer ours (lease expired; it is or will be delivered again). Acking a
-        task that no longer exists is a no-op, so a resent ack is harmless."""
+        """Mark a delivered task done. Raises :class:`LeaseLost` if the lease is no longer
+        ours: it expired, and the task is (or was) delivered again, perhaps finished by another
+        consumer. An ack resent after a lost reply is recognised and succeeds."""
         if (await self.ack_many([task]))[0] is False:
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
 
@@ -495,10 +512,13 @@ class AsyncDelayQueue:
         leased = [t for t in tasks if t.lease_token is not None]
         if not leased:
             return [True] * len(tasks)
-        args: list[Any] = []
-        for t in leased:
-            args += (t.id, t.lease_token)
-        status = iter(int(s) != 0 for s in await self._run(Op.ACK, args))
+        acked: list[bool] = []
+        for start in range(0, len(leased), protocol.MAX_BATCH):
+            args: list[Any] = [self._receipt_ms]
+            for t in leased[start : start + protocol.MAX_BATCH]:
+                args += (t.id, t.lease_token)
+            acked += (int(s) != 0 for s in await self._run(Op.ACK, args))
+        status = iter(acked)
         return [next(status) if t.lease_token is not None else True for t in tasks]
 
     async def nack(self, task: AsyncTask, delay: Duration | None = None) -> None:
@@ -556,19 +576,24 @@ class AsyncDelayQueue:
         deadline: float | None = -1.0,
         parse: bool = False,
         keys: Sequence[str] | None = None,
+        resend_args: list[Any] | None = None,
     ) -> Any:
-        """Run a script by SHA (loading it on NOSCRIPT), retrying lost connections. Every
-        script is safe to resend after a lost reply (see their headers)."""
+        """Run a script by SHA (loading it on NOSCRIPT), retrying lost connections. A resend
+        after a lost reply uses ``resend_args`` when given; every script is safe to resend."""
         entry = script(op)
         if keys is None:
             keys = self._key_list
+        sent = False
 
         async def attempt() -> Any:
+            nonlocal sent
+            call_args = resend_args if sent and resend_args is not None else args
+            sent = True
             try:
-                return await self._redis.evalsha(entry.sha, len(keys), *keys, *args)
+                return await self._redis.evalsha(entry.sha, len(keys), *keys, *call_args)
             except NoScriptError:
                 await self._redis.script_load(entry.source)
-                return await self._redis.evalsha(entry.sha, len(keys), *keys, *args)
+                return await self._redis.evalsha(entry.sha, len(keys), *keys, *call_args)
 
         reply = await self._call(attempt, deadline=deadline)
         return protocol.parse_fetch(reply) if parse else reply
@@ -607,3 +632,86 @@ class AsyncDelayQueue:
                     "delayq: %s: Redis reachable again after %d failed tries", self.name, failures
                 )
             return result
+
+    # -- administration ---------------------------------------------------------------------
+
+    async def tasks(
+        self, state: TaskState | str, limit: int = 100, offset: int = 0
+    ) -> list[TaskInfo]:
+        """One page of the tasks in ``state``, in the order they leave it: ``ready`` and
+        ``delayed`` by due time, ``inflight`` by lease expiry, ``dead`` oldest first (ties by
+        priority). Each page is read in one step and costs O(log N + limit): no scans."""
+        try:
+            wanted = TaskState(state)
+        except ValueError as exc:
+            names = ", ".join(s.value for s in TaskState)
+            raise ConfigError(f"state must be one of {names}, got {state!r}") from exc
+        if (
+            not isinstance(limit, int)
+            or not isinstance(offset, int)
+            or isinstance(limit, bool)
+            or isinstance(offset, bool)
+            or not 0 <= limit <= 10_000
+            or offset < 0
+        ):
+            raise ConfigError(
+                f"limit must be an int from 0 to 10000 and offset an int >= 0, "
+                f"got {limit!r}, {offset!r}"
+            )
+        if limit == 0:
+            return []
+        reply = await self._run(Op.TASKS, [wanted.value, offset, limit])
+        result = []
+        for i in range(1, len(reply), 6):
+            when = to_datetime(int(float(reply[i + 1])) // 10)
+            envelope_bytes = bytes(reply[i + 3])
+            error = bytes(reply[i + 4]).decode(errors="replace") or None
+            payload: Any = None
+            headers: dict[str, str] = {}
+            priority, key = 0, None
+            if envelope_bytes:
+                try:
+                    envelope = self._codec.decode(envelope_bytes)
+                    payload, headers = envelope.payload, dict(envelope.headers)
+                    priority, key = envelope.priority, envelope.key
+                except DecodeError as exc:
+                    error = error or f"undecodable: {exc}"
+            waiting = wanted in (TaskState.DELAYED, TaskState.READY)
+            result.append(
+                TaskInfo(
+                    id=bytes(reply[i]).decode(),
+                    state=wanted,
+                    payload=payload,
+                    attempts=int(reply[i + 2]),
+                    priority=priority,
+                    headers=headers,
+                    key=key,
+                    due_at=when if waiting else None,
+                    lease_expires_at=when if wanted is TaskState.INFLIGHT else None,
+                    dead_at=when if wanted is TaskState.DEAD else None,
+                    expires_at=to_datetime(int(float(reply[i + 5]))) if reply[i + 5] else None,
+                    last_error=error,
+                )
+            )
+        return result
+
+    async def purge(self, states: Iterable[TaskState | str] | TaskState | str = ("dead",)) -> int:
+        """Delete every task in ``states`` (default: the dead letters) and release their dedup
+        keys; returns how many were deleted. Works in batches of 1000, so Redis is never busy
+        for long however many there are. Purging ``inflight`` takes the leases away: those
+        consumers' ack/nack/extend raise :class:`LeaseLost`."""
+        if isinstance(states, str):
+            states = (states,)
+        try:
+            wanted = sorted({TaskState(s).value for s in states})
+        except (ValueError, TypeError) as exc:
+            names = ", ".join(s.value for s in TaskState)
+            raise ConfigError(f"states must be among {names}, got {states!r}") from exc
+        if not wanted:
+            raise ConfigError("purge needs at least one state")
+        total, batch = 0, 1000
+        while True:
+            deleted = int((await self._run(Op.PURGE, [batch, *wanted]))[0])
+            total += deleted
+            if deleted < batch:
+                return total

@@ -111,7 +111,10 @@ class PayloadType:
                     f"task has {self.tag} version {version}, this code reads version "
                     f"{self.version} (define __delayq_upgrade__ to migrate)"
                 )
-            data = upgrade(data, version)
+            try:
+                data = upgrade(data, version)
+            except Exception as exc:  # a hook failing on old data: the task is undecodable
+                raise DecodeError(f"__delayq_upgrade__ of {self.tag} failed: {exc!r}") from exc
         try:
             if self._adapter is not None:
                 return self._adapter.validate_python(data)

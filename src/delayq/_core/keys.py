@@ -24,7 +24,8 @@ KEY_ROLES = (
     "taskkeys",  # HASH id -> "key_ttl_ms|dedup key"
     "keptkeys",  # ZSET dedup key -> ms until which a finished task's key stays taken
     "counters",  # HASH counter name -> lifetime count
-    "events",  # pub/sub channel: the earliest due ms, when it moves earlier
+    "acked",  # ZSET lease token -> ack ms: recent acks, so a resent ack is told apart
+    "events",  # pub/sub channel: the earliest due ms, when it moves earlier (always last)
 )
 
 

@@ -25,6 +25,9 @@ _counter = itertools.count()
 MAX_ID_LEN: Final = 256
 MAX_KEY_LEN: Final = 512
 OFFER_CHUNK: Final = 1000  # tasks per offer script call: keeps each call well under 10 ms
+# Most tasks per fetch or ack call: scripts pass a batch to one command with unpack(), and
+# Redis's Lua takes at most 8,000 values per call (2 per task in HSET/ZADD).
+MAX_BATCH: Final = 1000
 
 
 _id_lock = threading.Lock()
@@ -154,7 +157,8 @@ class Policy:
     housekeeping: int = 100
 
 
-def fetch_args(policy: Policy, count: int) -> list[Any]:
+def fetch_args(policy: Policy, count: int, keep_ms: int) -> list[Any]:
+    """Arguments of a first fetch call; :func:`as_resend` marks a resend of the same call."""
     base, cap, factor = policy.backoff.args()
     return [
         count,
@@ -165,7 +169,13 @@ def fetch_args(policy: Policy, count: int) -> list[Any]:
         cap,
         factor,
         policy.housekeeping,
+        "0",
+        keep_ms,
     ]
+
+
+def as_resend(args: list[Any]) -> list[Any]:
+    return [*args[:8], "1", *args[9:]]
 
 
 def parse_fetch(reply: Sequence[Any]) -> FetchResult:

@@ -26,6 +26,8 @@ class Op(StrEnum):
     DEAD = "dead"
     REQUEUE = "requeue"
     BURY = "bury"
+    TASKS = "tasks"
+    PURGE = "purge"
 
 
 @dataclass(frozen=True, slots=True)

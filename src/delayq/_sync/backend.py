@@ -158,7 +158,9 @@ def _new_connection(client: Any, channel: str) -> Any:
     pool = getattr(client, "connection_pool", None)
     if pool is None:  # RedisCluster: any node hears every PUBLISH; take the channel's node
         pool = client.get_node_from_key(channel).redis_connection.connection_pool
-    return pool.make_connection()
+    # Built from the pool's settings but outside its bookkeeping: make_connection() would
+    # count it against max_connections for good.
+    return pool.connection_class(**pool.connection_kwargs)
 
 
 def _str(value: Any) -> str:

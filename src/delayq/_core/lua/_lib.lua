@@ -9,7 +9,7 @@
 -- travels with it from set to set without another lookup. string.format('%.0f') writes scores:
 -- Lua's tostring keeps only 14 significant digits and a score has 15.
 local K_DELAYED, K_TASKS, K_INFLIGHT, K_LEASES, K_ATTEMPTS, K_DEAD, K_ERRORS,
-      K_EXPIRY, K_KEYMAP, K_TASKKEY, K_KEPT, K_COUNTERS, K_EVENTS = unpack(KEYS)
+      K_EXPIRY, K_KEYMAP, K_TASKKEY, K_KEPT, K_COUNTERS, K_ACKED, K_EVENTS = unpack(KEYS)
 
 local SLOTS = 10
 

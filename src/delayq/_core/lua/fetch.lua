@@ -6,6 +6,12 @@
 -- ARGV[4] max_attempts   ARGV[5] backoff base ms   ARGV[6] backoff cap ms
 -- ARGV[7] backoff factor in (0, 1], the client's jitter draw
 -- ARGV[8] housekeeping limit: most expired leases / ttls / kept keys handled per call
+-- ARGV[9] '1' if this call resends one whose reply was lost (same nonce), else '0'
+-- ARGV[10] ms to keep this call's receipt
+-- KEYS[15] this call's receipt, 5 entries per task handed out: id, due_ms, slot, attempts, and
+--         the lease token (or, at-most-once, the envelope itself). A resent call returns what
+--         the first one handed out, instead of leasing more and leaving those to expire unseen
+--         (or, at-most-once, losing them)
 -- Reply: {now_us, next_wake_ms or -1, then per task: id, envelope, attempts, due_ms, slot, token}
 --        now_us is the server's time in microseconds (consumers plan their sleep from it);
 --        next_wake_ms is the earliest due time or lease expiry still ahead.
@@ -64,6 +70,43 @@ for _, key in ipairs(kept) do
   if id and redis.call('HEXISTS', K_TASKS, id) == 0 then redis.call('HDEL', K_KEYMAP, key) end
 end
 
+local receipt, resent, keep_ms = KEYS[15], ARGV[9] == '1', tonumber(ARGV[10])
+
+local function next_wake()
+  local next_due = head_score(K_DELAYED)
+  local next_lapse = head_score(K_INFLIGHT)
+  local wake = -1
+  if next_due then wake = ms_of(next_due) end
+  if next_lapse then
+    local lapse = ms_of(next_lapse) + 1
+    if wake < 0 or lapse < wake then wake = lapse end
+  end
+  return wake
+end
+
+if resent and redis.call('EXISTS', receipt) == 1 then
+  local reply = {now_us, next_wake()}
+  local rows = redis.call('LRANGE', receipt, 0, -1)
+  for r = 1, #rows, 5 do
+    local id, last = rows[r], rows[r + 4]
+    local envelope, token = last, ''
+    if lease_ms > 0 then  -- only if the lost reply's lease still holds
+      token = last
+      envelope = redis.call('HGET', K_LEASES, id) == token and redis.call('HGET', K_TASKS, id)
+    end
+    if envelope then
+      local n = #reply
+      reply[n + 1] = id
+      reply[n + 2] = envelope
+      reply[n + 3] = tonumber(rows[r + 3])
+      reply[n + 4] = tonumber(rows[r + 1])
+      reply[n + 5] = tonumber(rows[r + 2])
+      reply[n + 6] = token
+    end
+  end
+  return reply
+end
+
 local reply = {now_us, -1}
 local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', fmt(score(now, 9)),
   'WITHSCORES', 'LIMIT', 0, want)
@@ -119,18 +162,22 @@ if #ids > 0 then
     redis.call('HSET', K_LEASES, unpack(lease_fields))
     redis.call('ZADD', K_INFLIGHT, unpack(inflight_fields))
   end
+  if handed > 0 then
+    local rows = {}
+    for r = 3, #reply, 6 do
+      local last = reply[r + 5]
+      if lease_ms == 0 then last = reply[r + 1] end
+      for _, v in ipairs({reply[r], reply[r + 3], reply[r + 4], reply[r + 2], last}) do
+        rows[#rows + 1] = v
+      end
+    end
+    redis.call('RPUSH', receipt, unpack(rows))
+    redis.call('PEXPIRE', receipt, keep_ms)
+  end
 end
 count('delivered', handed)
 
 announce_if_earlier(new_min, old_head)
 
-local next_due = head_score(K_DELAYED)
-local next_lapse = head_score(K_INFLIGHT)
-local wake = nil
-if next_due then wake = ms_of(next_due) end
-if next_lapse then
-  local lapse = ms_of(next_lapse) + 1
-  if not wake or lapse < wake then wake = lapse end
-end
-if wake then reply[2] = wake end
+reply[2] = next_wake()
 return reply

@@ -40,7 +40,12 @@ local function holder_of(key)
   local id = redis.call('HGET', K_KEYMAP, key)
   if not id then return nil end
   if redis.call('HEXISTS', K_TASKS, id) == 1 and not redis.call('ZSCORE', K_DEAD, id) then
-    return id
+    local deadline = redis.call('ZSCORE', K_EXPIRY, id)
+    if not (deadline and tonumber(deadline) < now and redis.call('ZREM', K_DELAYED, id) == 1) then
+      return id
+    end
+    forget(id, now, false)  -- its ttl ran out before anyone took it: expired, key free
+    count('expired', 1)
   end
   local kept = redis.call('ZSCORE', K_KEPT, key)
   if kept and tonumber(kept) > now then return id end
@@ -103,7 +108,9 @@ for i = 0, n - 1 do
       delayed_fields[#delayed_fields + 1] = fmt(s)
       delayed_fields[#delayed_fields + 1] = id
     end
-    if ttl > 0 then
+    if ttl > 0 and key ~= '' then
+      set_expiry(id, due, ttl)  -- at once: a later item of this batch may replace the task
+    elseif ttl > 0 then
       expiry_fields[#expiry_fields + 1] = fmt(due + ttl)
       expiry_fields[#expiry_fields + 1] = id
     end

@@ -1,0 +1,46 @@
+-- tasks: list one page of the tasks in one state, read in one consistent step.
+-- KEYS:  the queue key set (see _lib.lua).
+-- ARGV[1] state: 'ready' (due, not handed out), 'delayed' (not due yet), 'inflight', 'dead'
+-- ARGV[2] offset   ARGV[3] limit
+-- Reply: {now, then per task: id, score, attempts, envelope or '', last error or '',
+--        ttl deadline ms or ''}; the score's time is the due time (ready, delayed), lease
+--        expiry (inflight) or time of death (dead). Order: that time, then priority.
+-- Pages by rank (ZRANGE by index), never by scanning: O(log N + limit). 'ready' is the due
+-- head of the delayed set and 'delayed' the rest, split at one ZCOUNT of the due part.
+local state, offset, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = now_ms()
+local key, first, last = K_DELAYED, offset, offset + limit - 1
+if state == 'ready' or state == 'delayed' then
+  local due = redis.call('ZCOUNT', K_DELAYED, '-inf', fmt(score(now, 9)))
+  if state == 'ready' then
+    if last > due - 1 then last = due - 1 end
+  else
+    first, last = first + due, last + due
+  end
+elseif state == 'inflight' then
+  key = K_INFLIGHT
+elseif state == 'dead' then
+  key = K_DEAD
+else
+  return redis.error_reply('unknown task state ' .. state)
+end
+local reply = {now}
+if last < first then return reply end
+local rows = redis.call('ZRANGE', key, first, last, 'WITHSCORES')
+if #rows == 0 then return reply end
+local ids = {}
+for i = 1, #rows, 2 do ids[#ids + 1] = rows[i] end
+local envelopes = redis.call('HMGET', K_TASKS, unpack(ids))
+local attempts = redis.call('HMGET', K_ATTEMPTS, unpack(ids))
+local errors = redis.call('HMGET', K_ERRORS, unpack(ids))
+local deadlines = redis.call('ZMSCORE', K_EXPIRY, unpack(ids))
+for k, id in ipairs(ids) do
+  local n = #reply
+  reply[n + 1] = id
+  reply[n + 2] = rows[2 * k]
+  reply[n + 3] = tonumber(attempts[k] or '0')
+  reply[n + 4] = envelopes[k] or ''
+  reply[n + 5] = errors[k] or ''
+  reply[n + 6] = deadlines[k] or ''
+end
+return reply

@@ -1,0 +1,285 @@
+"""Review findings: each test demonstrates a bug against real Redis and is marked xfail(strict).
+
+Every test waits on conditions (the server's clock, Redis state), never on bare sleeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+
+from delayq import Backoff, ConfigError, DelayQueue, LeaseLost, Offer
+from delayq._core.scripts import Op, script
+from delayq.embedded import EmbeddedRedis
+
+from ..helpers import wait_until
+
+
+def server_ms(client: redis.Redis) -> int:
+    sec, usec = client.time()
+    return sec * 1000 + usec // 1000
+
+
+def key(prefix: str, name: str, role: str) -> str:
+    return f"{prefix}:{{{name}}}:{role}"
+
+
+# -- a TCP proxy that loses one reply ------------------------------------------------------------
+
+
+class DropReplyProxy:
+    """Forwards connections to Redis. When armed with some bytes, the first request containing
+    them is forwarded, but its reply is dropped and the connection cut: a lost reply, as after
+    a socket timeout or a network blip. Later connections are forwarded normally."""
+
+    def __init__(self, port: int) -> None:
+        self._upstream = ("127.0.0.1", port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._trigger: bytes | None = None
+        self.dropped = threading.Event()
+        self._lock = threading.Lock()
+        self._socks: list[socket.socket] = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def arm(self, op: Op, client: redis.Redis) -> None:
+        """Lose the reply of the next run of ``op`` (loaded first, so it runs at once)."""
+        client.script_load(script(op).source)
+        with self._lock:
+            self._trigger = script(op).sha.encode()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self._listener.accept()
+            except OSError:
+                return
+            up = socket.create_connection(self._upstream)
+            with self._lock:
+                if self._closed:
+                    down.close()
+                    up.close()
+                    return
+                self._socks += [down, up]
+            state = {"drop": False}
+            threading.Thread(target=self._requests, args=(down, up, state), daemon=True).start()
+            threading.Thread(target=self._replies, args=(up, down, state), daemon=True).start()
+
+    def _requests(self, down: socket.socket, up: socket.socket, state: dict[str, bool]) -> None:
+        try:
+            while data := down.recv(65536):
+                with self._lock:
+                    if self._trigger is not None and self._trigger in data:
+                        self._trigger = None
+                        state["drop"] = True
+                up.sendall(data)
+        except OSError:
+            pass
+
+    def _replies(self, up: socket.socket, down: socket.socket, state: dict[str, bool]) -> None:
+        try:
+            while data := up.recv(65536):
+                if state["drop"]:
+                    self.dropped.set()
+                    break
+                down.sendall(data)
+        except OSError:
+            pass
+        for s in (down, up):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            socks, self._socks = self._socks, []
+        self._listener.close()
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+
+@pytest.fixture
+def proxy(redis_server: EmbeddedRedis) -> Iterator[DropReplyProxy]:
+    p = DropReplyProxy(redis_server.port)
+    yield p
+    p.close()
+
+
+# -- 1. poll_many above 4000 tasks: Lua unpack limit, tasks orphaned ------------------------------
+
+
+def test_poll_many_above_the_batch_limit_is_refused_and_loses_nothing(
+    make_queue: Callable[..., DelayQueue], client: redis.Redis, prefix: str
+) -> None:
+    """Batches are capped (Lua passes at most 8,000 values to one command): a bigger request
+    is refused before anything moves, and the cap itself works."""
+    q = make_queue("big")
+    q.offer_many([(i, 0) for i in range(4001)])
+    with pytest.raises(ConfigError):
+        q.poll_many(4001, timeout=0)
+    tasks = q.poll_many(1000, timeout=0)
+    assert len(tasks) == 1000
+    assert q.ack_many(tasks) == [True] * 1000
+    stored = client.hlen(key(prefix, "big", "tasks"))
+    placed = client.zcard(key(prefix, "big", "delayed")) + client.zcard(
+        key(prefix, "big", "inflight")
+    )
+    assert stored == placed == 3001, (stored, placed)
+
+
+# -- 2. keep-mode dedup against a task whose ttl already ran out -------------------------------
+
+
+def test_dedup_key_held_by_expired_task_swallows_new_offer(
+    make_queue: Callable[..., DelayQueue], client: redis.Redis
+) -> None:
+    q = make_queue()
+    first = q.offer("old", delay=0, key="k", ttl=0.01)
+    info = q.get(first)
+    assert info is not None and info.expires_at is not None
+    deadline_ms = int(info.expires_at.timestamp() * 1000)
+    wait_until(lambda: server_ms(client) > deadline_ms + 1)  # expired, nobody swept it yet
+    second = q.offer("new", delay=0, key="k")
+    task = q.poll(timeout=0.2)
+    assert task is not None and task.payload == "new", (first, second, task)
+
+
+# -- 3. replace-mode batch: an earlier item's ttl overwrites the replacement's --------------------
+
+
+def test_replace_in_same_batch_keeps_stale_ttl(make_queue: Callable[..., DelayQueue]) -> None:
+    q = make_queue()
+    ids = q.offer_many(
+        [Offer("a", delay=0, key="k", ttl=0.001), Offer("b", delay=5, key="k")], dedup="replace"
+    )
+    assert ids[0] == ids[1]
+    info = q.get(ids[0])
+    assert info is not None and info.payload == "b"
+    assert info.expires_at is None  # the replacement has no ttl
+
+
+# -- 4. ack from a consumer whose lease lapsed and was acked by another ------------------------
+
+
+def test_stale_ack_after_redelivery_is_not_fenced(
+    make_queue: Callable[..., DelayQueue], client: redis.Redis
+) -> None:
+    opts: dict[str, Any] = {
+        "visibility_timeout": 0.05,
+        "retry_backoff": Backoff(base=0.001, max=0.001, jitter=0),
+    }
+    a, b = make_queue(**opts), make_queue(**opts)
+    a.offer("x", delay=0)
+    first = a.poll(timeout=1)
+    assert first is not None
+    second = b.poll(timeout=2)  # after the lease lapses: delivered again
+    assert second is not None and second.id == first.id and second.attempts == 2
+    b.ack(second)
+    with pytest.raises(LeaseLost):
+        a.nack(first)  # nack is fenced...
+    with pytest.raises(LeaseLost):
+        a.ack(first)  # ...ack is not
+
+
+# -- 5. lost replies: scripts are resent, but fetch and cancel are not resend-safe -----------------
+
+
+def test_lost_fetch_reply_loses_task_at_most_once(
+    make_queue: Callable[..., DelayQueue], proxy: DropReplyProxy, client: redis.Redis
+) -> None:
+    producer = make_queue()
+    consumer = make_queue(redis=proxy.url, ack=False)
+    tid = producer.offer("x", delay=0)
+    proxy.arm(Op.FETCH, client)
+    task = consumer.poll(timeout=0.2)
+    assert proxy.dropped.is_set()
+    assert task is not None or producer.get(tid) is not None, "task gone, never delivered"
+
+
+def test_lost_fetch_reply_dead_letters_undelivered_task(
+    make_queue: Callable[..., DelayQueue], proxy: DropReplyProxy, client: redis.Redis
+) -> None:
+    opts: dict[str, Any] = {"visibility_timeout": 0.05, "max_attempts": 1}
+    producer = make_queue(**opts)
+    consumer = make_queue(redis=proxy.url, **opts)
+    tid = producer.offer("x", delay=0)
+    proxy.arm(Op.FETCH, client)
+    delivered = [consumer.poll(timeout=0.2)]
+    assert proxy.dropped.is_set()
+    delivered.append(consumer.poll(timeout=0.5))  # lease lapses meanwhile
+    info = producer.get(tid)
+    assert any(t is not None for t in delivered), f"never delivered; now {info}"
+
+
+def test_lost_cancel_reply_returns_false(
+    make_queue: Callable[..., DelayQueue], proxy: DropReplyProxy, client: redis.Redis
+) -> None:
+    producer = make_queue()
+    q = make_queue(redis=proxy.url)
+    tid = producer.offer("x", delay=60)
+    proxy.arm(Op.CANCEL, client)
+    cancelled = q.cancel(tid)
+    assert proxy.dropped.is_set()
+    assert producer.get(tid) is None
+    assert cancelled is True
+
+
+# -- 6. sync listener leaks pool connections of a caller's client -------------------------------
+
+
+def test_sync_listener_leaks_pool_slots(
+    make_queue: Callable[..., DelayQueue], redis_server: EmbeddedRedis
+) -> None:
+    shared = redis.Redis.from_url(redis_server.url, max_connections=2)
+    observer = redis.Redis.from_url(redis_server.url)
+    try:
+        first = make_queue("pool", redis=shared)
+        first.poll(timeout=0)  # starts the listener
+        channel = first.keys.channel
+        wait_until(lambda: observer.pubsub_numsub(channel)[0][1] == 1)
+        first.close()
+        wait_until(lambda: observer.pubsub_numsub(channel)[0][1] == 0)
+        second = make_queue("pool", redis=shared)
+        second.poll(timeout=0)  # waits up to 1 s for its subscription
+        assert observer.pubsub_numsub(channel)[0][1] == 1, shared.connection_pool
+    finally:
+        shared.close()
+        observer.close()
+
+
+# -- 7. a payload type's upgrade hook that fails crashes the consumer ---------------------------
+
+
+@dataclass
+class PriceV2:
+    order_id: int
+    cents: int
+    __delayq_version__ = 2
+
+    @classmethod
+    def __delayq_upgrade__(cls, data: dict[str, Any], from_version: int) -> dict[str, Any]:
+        return {"order_id": data["order_id"], "cents": round(data["amount"] * 100)}
+
+
+def test_failing_upgrade_hook_crashes_consumer(make_queue: Callable[..., DelayQueue]) -> None:
+    old = make_queue()
+    new = make_queue(payload_type=PriceV2)
+    tid = old.offer({"order_id": 1}, delay=0)  # a v1 task without "amount": cannot upgrade
+    assert new.poll(timeout=0) is None
+    info = new.get(tid)
+    assert info is not None and info.state == "dead"
