@@ -57,6 +57,7 @@ class AsyncWorker:
         self._held: dict[tuple[int, str], AsyncTask] = {}  # leased: buffered or running
         self._running: dict[tuple[int, str], asyncio.Task[Any]] = {}
         self._done: list[list[AsyncTask]] = [[] for _ in self._queues]
+        self._acking: set[tuple[int, str]] = set()
         self._ack_ready = asyncio.Event()
         self._space = asyncio.Event()  # set when a handler finishes
         self._stopping = asyncio.Event()
@@ -120,10 +121,11 @@ class AsyncWorker:
             space = self._options.slots + self._options.prefetch - buffer.qsize()
             space -= sum(1 for key in self._running if key[0] == index)
             if space <= 0:
+                self._counters.last_fetch = time.monotonic()  # full, not stuck
                 await self._wait_for_space()
                 continue
             try:
-                tasks = await queue.poll_many(space, timeout=queue._safety_s)
+                tasks = await queue.poll_many(space, timeout=min(queue._safety_s, 0.5))
                 backoff = 0.05
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die
                 self._counters.redis_errors += 1
@@ -142,7 +144,7 @@ class AsyncWorker:
 
     async def _run_loop(self, index: int, buffer: asyncio.Queue[AsyncTask]) -> None:
         queue = self._queues[index]
-        while True:
+        while not self._stopping.is_set():
             task = await buffer.get()
             key = (index, task.id)
             current = asyncio.current_task()
@@ -181,6 +183,7 @@ class AsyncWorker:
         self._counters.progressed()
         if outcome.verdict is Verdict.ACK:
             self._counters.succeeded += 1
+            self._acking.add((index, task.id))
             self._done[index].append(task)
             self._ack_ready.set()
             call_hook(log, hooks.on_success, task, result, duration)
@@ -223,6 +226,7 @@ class AsyncWorker:
                 continue
             for task, ok in zip(batch, acked, strict=True):
                 self._held.pop((index, task.id), None)
+                self._acking.discard((index, task.id))
                 if not ok:
                     log.warning("delayq worker: lease on %s lost before its ack", task.id)
 
@@ -231,6 +235,8 @@ class AsyncWorker:
         while True:
             await asyncio.sleep(self._options.heartbeat_s(self._queues))
             for (index, task_id), task in list(self._held.items()):
+                if (index, task_id) in self._acking:
+                    continue  # done; its ack is on its way
                 queue = self._queues[index]
                 try:
                     await queue.extend(task, queue._policy.lease_ms / 1000)
@@ -257,8 +263,8 @@ class AsyncWorker:
         runners: list[asyncio.Task[None]],
         buffers: list[asyncio.Queue[AsyncTask]],
     ) -> None:
-        for task in fetchers:
-            task.cancel()
+        # Fetchers end on their own within one poll timeout: cancelling one inside poll_many
+        # would drop tasks Redis already leased to it.
         await asyncio.gather(*fetchers, return_exceptions=True)
         # Fetched but not started: hand back at once, without counting an attempt.
         for index, buffer in enumerate(buffers):

@@ -26,8 +26,10 @@ Handler = Callable[[Task], Any]
 class _Run:
     index: int
     task: Task
+    thread: threading.Thread = field(default_factory=threading.current_thread)
     started: float = field(default_factory=time.monotonic)
     abandoned: bool = False  # timed out or cut off by shutdown: its result no longer counts
+    finished: bool = False  # the handler returned first: it can no longer be abandoned
 
 
 class Worker:
@@ -66,6 +68,7 @@ class Worker:
         self._held: dict[tuple[int, str], Task] = {}  # leased: buffered or running
         self._running: dict[tuple[int, str], _Run] = {}
         self._done: list[list[Task]] = [[] for _ in self._queues]
+        self._acking: set[tuple[int, str]] = set()  # done, ack on its way: no heartbeat
         self._ack_ready = threading.Event()
         self._space = threading.Event()
         self._stopping = threading.Event()
@@ -137,6 +140,7 @@ class Worker:
                 busy = sum(1 for key in self._running if key[0] == index)
             space = self._options.slots + self._options.prefetch - buffer.qsize() - busy
             if space <= 0:
+                self._counters.last_fetch = time.monotonic()  # full, not stuck
                 self._space.clear()
                 self._space.wait(0.5)
                 continue
@@ -185,7 +189,9 @@ class Worker:
             result = self._handler(task)
         except Exception as exc:  # the worker never dies from a task
             error = exc
-        if run.abandoned:
+        with self._lock:  # exactly one of "finished" and "abandoned" wins
+            run.finished = not run.abandoned
+        if not run.finished:
             log.warning("delayq worker: abandoned handler for %s returned; result ignored", task.id)
             return
         duration = time.monotonic() - run.started
@@ -207,6 +213,7 @@ class Worker:
         if outcome.verdict is Verdict.ACK:
             self._counters.succeeded += 1
             with self._lock:
+                self._acking.add((index, task.id))
                 self._done[index].append(task)
             self._ack_ready.set()
             call_hook(log, hooks.on_success, task, result, duration)
@@ -252,6 +259,7 @@ class Worker:
             with self._lock:
                 for task in batch:
                     self._held.pop((index, task.id), None)
+                    self._acking.discard((index, task.id))
             for task, ok in zip(batch, acked, strict=True):
                 if not ok:
                     log.warning("delayq worker: lease on %s lost before its ack", task.id)
@@ -278,12 +286,17 @@ class Worker:
         assert timeout is not None
         with self._lock:
             overdue = [
-                r for r in self._running.values() if not r.abandoned and now - r.started > timeout
+                r
+                for r in self._running.values()
+                if not r.abandoned and not r.finished and now - r.started > timeout
             ]
             for run in overdue:
                 run.abandoned = True
                 del self._running[(run.index, run.task.id)]
         for run in overdue:
+            with self._lock:  # shutdown must not wait for a thread it gave up on
+                if run.thread in self._runners:
+                    self._runners.remove(run.thread)
             self._counters.timed_out += 1
             error = TimeoutError(f"handler timed out after {timeout}s (abandoned)")
             self._settle(self._queues[run.index], run, error, None, now - run.started)
@@ -291,7 +304,7 @@ class Worker:
 
     def _extend_held(self) -> None:
         with self._lock:
-            held = list(self._held.items())
+            held = [(key, task) for key, task in self._held.items() if key not in self._acking]
         for (index, task_id), task in held:
             queue = self._queues[index]
             try:
@@ -326,12 +339,14 @@ class Worker:
                 self._options.grace,
                 len(self._running),
             )
-        for thread in self._runners:
+        with self._lock:
+            runners = list(self._runners)
+        for thread in runners:
             thread.join(max(0.0, deadline - time.monotonic()))
         self._flush_acks()
         # Handlers cut off by the grace period: their tasks go back now, not after the lease.
         with self._lock:
-            cut_off = list(self._running.values())
+            cut_off = [run for run in self._running.values() if not run.finished]
             for run in cut_off:
                 run.abandoned = True
             self._running.clear()
