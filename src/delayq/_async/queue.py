@@ -562,6 +562,15 @@ class AsyncDelayQueue:
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
         return to_datetime(expiry)  # type: ignore[return-value]
 
+    def add_listener(
+        self, handler: Any, *, concurrency: int = 1, timeout: float | None = None
+    ) -> backend.Listener:
+        """Run ``handler`` for every due task in the background (Redisson's listener) and
+        return a handle whose ``stop()`` ends it gracefully. The handler is called as by a
+        worker: return = ack, raise = retry with backoff, dead-lettered after max_attempts."""
+        self._check_open()
+        return backend.Listener.start(self, handler, concurrency, timeout)
+
     # -- plumbing ---------------------------------------------------------------------------
 
     def _check_open(self) -> None:
