@@ -1,5 +1,7 @@
 """delayq: precise, reliable delayed queues for Python on Redis."""
 
+import logging as _logging
+
 from ._async.queue import AsyncDelayQueue, AsyncTask
 from ._core.handling import Reject, Retry, WorkerHealth
 from ._core.models import Backoff, DeadTask, DedupMode, Stats, TaskInfo, TaskState
@@ -24,6 +26,10 @@ from .exceptions import (
 )
 
 __version__ = "0.1.0"
+
+# A library never configures logging; this keeps Python's last-resort handler from printing
+# delayq's warnings in applications that have not set logging up.
+_logging.getLogger("delayq").addHandler(_logging.NullHandler())
 
 __all__ = [
     "AsyncDelayQueue",

@@ -14,8 +14,17 @@ from typing import Any
 
 from .._async.queue import AsyncDelayQueue, AsyncTask
 from .._core.handling import Counters, Verdict, WorkerHealth, outcome_of
+from .._core.models import Backoff
 from ..exceptions import DelayqError, LeaseLost
-from .common import Hooks, WorkerOptions, call_hook, health_of, log_outcome, write_health_file
+from .common import (
+    Hooks,
+    WorkerOptions,
+    apply_policy,
+    call_hook,
+    health_of,
+    log_outcome,
+    write_health_file,
+)
 
 log = logging.getLogger("delayq.worker")
 
@@ -30,6 +39,9 @@ class AsyncWorker:
     are extended while a handler runs; a handler running past ``timeout`` is cancelled and its
     task retried. ``run()`` returns after :meth:`stop` (or SIGTERM/SIGINT): fetching stops,
     running handlers get ``grace`` seconds, and every task not finished is handed back at once.
+
+    ``visibility_timeout``, ``max_attempts`` and ``retry_backoff``, when given, override the
+    queues' own lease and retry policy for the tasks this worker handles.
     """
 
     def __init__(
@@ -44,9 +56,13 @@ class AsyncWorker:
         health_file: str | None = None,
         handle_signals: bool = True,
         hooks: Hooks | None = None,
+        visibility_timeout: float | None = None,
+        max_attempts: int | None = None,
+        retry_backoff: Backoff | None = None,
     ) -> None:
         self._queues = [queues] if isinstance(queues, AsyncDelayQueue) else list(queues)
         self._handler = handler
+        apply_policy(self._queues, visibility_timeout, max_attempts, retry_backoff)
         self._options = WorkerOptions.build(
             len(self._queues), concurrency, timeout, grace, prefetch, health_file
         )

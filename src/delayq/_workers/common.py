@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -129,3 +130,31 @@ def health_of(state: str, counters: Counters, running: int, queues: Sequence[Any
         seconds_since_progress=round(now - counters.last_progress, 3),
         seconds_since_fetch=round(now - counters.last_fetch, 3),
     )
+
+
+def apply_policy(
+    queues: Sequence[Any],
+    visibility_timeout: float | None,
+    max_attempts: int | None,
+    retry_backoff: Any,
+) -> None:
+    """Worker options that override the queues' own lease and retry policy."""
+    if visibility_timeout is None and max_attempts is None and retry_backoff is None:
+        return
+    from .._core.timing import duration_ms
+
+    changes: dict[str, Any] = {}
+    if visibility_timeout is not None:
+        changes["lease_ms"] = duration_ms(
+            visibility_timeout, "visibility_timeout", allow_zero=False
+        )
+    if max_attempts is not None:
+        if not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ConfigError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        changes["max_attempts"] = max_attempts
+    if retry_backoff is not None:
+        changes["backoff"] = retry_backoff
+    for queue in queues:
+        if queue._policy.lease_ms == 0 and "lease_ms" in changes:
+            raise ConfigError(f"queue {queue.name!r} is at-most-once: it has no lease to time")
+        queue._policy = dataclasses.replace(queue._policy, **changes)

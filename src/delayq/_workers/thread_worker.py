@@ -13,9 +13,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._core.handling import Counters, Verdict, WorkerHealth, outcome_of
+from .._core.models import Backoff
 from .._sync.queue import DelayQueue, Task
 from ..exceptions import DelayqError, LeaseLost
-from .common import Hooks, WorkerOptions, call_hook, health_of, log_outcome, write_health_file
+from .common import (
+    Hooks,
+    WorkerOptions,
+    apply_policy,
+    call_hook,
+    health_of,
+    log_outcome,
+    write_health_file,
+)
 
 log = logging.getLogger("delayq.worker")
 
@@ -40,6 +49,9 @@ class Worker:
     choose; leases are extended while handlers run. A handler running past ``timeout`` cannot be
     killed (it is a thread): it is abandoned, its task retried, and a fresh thread takes its
     slot. ``run()`` blocks until :meth:`stop` or SIGTERM/SIGINT, then shuts down gracefully.
+
+    ``visibility_timeout``, ``max_attempts`` and ``retry_backoff``, when given, override the
+    queues' own lease and retry policy for the tasks this worker handles.
     """
 
     def __init__(
@@ -54,9 +66,13 @@ class Worker:
         health_file: str | None = None,
         handle_signals: bool = True,
         hooks: Hooks | None = None,
+        visibility_timeout: float | None = None,
+        max_attempts: int | None = None,
+        retry_backoff: Backoff | None = None,
     ) -> None:
         self._queues = [queues] if isinstance(queues, DelayQueue) else list(queues)
         self._handler = handler
+        apply_policy(self._queues, visibility_timeout, max_attempts, retry_backoff)
         self._options = WorkerOptions.build(
             len(self._queues), concurrency, timeout, grace, prefetch, health_file
         )
