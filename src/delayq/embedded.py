@@ -121,6 +121,7 @@ class EmbeddedRedis:
             if self._ping():
                 return self
             time.sleep(0.02)
+        self.kill()  # never leave a server nobody will stop
         raise RedisUnavailable(f"redis-server on port {self.port} did not answer in {timeout}s")
 
     def _ping(self) -> bool:
@@ -206,6 +207,13 @@ class EmbeddedCluster:
         return self.nodes[0].url
 
     def start(self, timeout: float = 20.0) -> EmbeddedCluster:
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()  # never leave half a cluster running
+            raise
+
+    def _start(self, timeout: float) -> EmbeddedCluster:
         import redis
 
         for node in self.nodes:

@@ -42,7 +42,7 @@ async def test_async_listener_runs_as_a_task_and_stops(make_async_queue) -> None
     async def handler(task) -> None:  # type: ignore[no-untyped-def]
         seen.append(task.payload)
 
-    listener = q.add_listener(handler)
+    listener = await q.add_listener(handler)
     await q.offer({"n": 1}, delay=0.1)
     started = time.monotonic()
     while not seen and time.monotonic() - started < 10:

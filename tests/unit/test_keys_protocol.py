@@ -291,7 +291,7 @@ def test_fetch_args() -> None:
     assert args[4:7] == [50, 200, "1.000000"]
     assert args[7] == policy.housekeeping
     assert args[2] != protocol.fetch_args(policy, 7, 15_000)[2]  # a fresh nonce per call
-    assert args[8:] == ["0", 15_000] and protocol.as_resend(args)[8] == "1"
+    assert args[8] == 15_000
 
 
 def test_every_op_has_a_script_with_the_preamble() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.connection import HiredisRespSerializer
 from redis.exceptions import RedisError
 
 from .._core.wakeups import WakeLog, due_of
@@ -33,12 +34,16 @@ def connect(redis: object, client_name: str, timeout_s: float) -> tuple[Any, boo
     """
     if redis is None or isinstance(redis, str):
         url = redis or "redis://127.0.0.1:6379/0"
+        extra: dict[str, Any] = {}
+        if url.startswith("redis://"):
+            extra["connection_class"] = _HiredisPackConnection
         client = aioredis.Redis.from_url(
             url,
             client_name=client_name,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
             retry=Retry(NoBackoff(), 0),
+            **extra,
         )
         return client, True
     if not isinstance(redis, aioredis.Redis | aioredis.RedisCluster):
@@ -48,6 +53,16 @@ def connect(redis: object, client_name: str, timeout_s: float) -> tuple[Any, boo
     if redis.get_encoder().decode_responses:
         raise ConfigError("pass a client created with decode_responses=False (tasks are bytes)")
     return redis, False
+
+
+class _HiredisPackConnection(aioredis.Connection):
+    """redis.asyncio packs commands in pure Python, re-copying the buffer for every argument:
+    a 4,000-argument batch took milliseconds. The sync client's hiredis packer does it in C."""
+
+    _packer = HiredisRespSerializer()
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        return self._packer.pack(*args)  # type: ignore[no-any-return]
 
 
 async def close_client(client: Any) -> None:

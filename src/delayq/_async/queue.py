@@ -165,7 +165,7 @@ class AsyncDelayQueue:
             max_payload_bytes,
         )
         self._policy = Policy(lease_ms if ack else 0, max_attempts, retry_backoff or Backoff())
-        # How long Redis remembers an ack, to tell a resent ack from a stale one: longer than
+        # How long a call's receipt lives, so that a resend is answered from it: longer than
         # any retry of ours (reconnect_timeout) plus redis-py's own.
         self._receipt_ms = int(self._reconnect_s * 1000) + 5000
         self._redis, self._owns_redis = backend.connect(
@@ -292,12 +292,10 @@ class AsyncDelayQueue:
 
     async def cancel(self, task_id: str) -> bool:
         """Remove a task that is still waiting; True if it was delayed or ready and is gone."""
-        args = ["0", self._receipt_ms, protocol.check_id(task_id)]
         reply = await self._run(
             Op.CANCEL,
-            args,
-            keys=(*self._key_list, self._keys.key(f"cancel:{protocol.new_nonce()}")),
-            resend_args=["1", *args[1:]],
+            [self._receipt_ms, protocol.check_id(task_id)],
+            keys=(*self._key_list, self._keys.receipt("cancel", protocol.new_nonce())),
         )
         return bool(int(reply[0]))
 
@@ -432,8 +430,7 @@ class AsyncDelayQueue:
                 args,
                 deadline=deadline,
                 parse=True,
-                keys=(*self._key_list, self._keys.key(f"fetch:{args[2]}")),
-                resend_args=protocol.as_resend(args),
+                keys=(*self._key_list, self._keys.receipt("fetch", args[2])),
             )
             # The server read its clock about halfway through the round trip: plan from there.
             received_at = backend.monotonic()
@@ -517,7 +514,9 @@ class AsyncDelayQueue:
             args: list[Any] = [self._receipt_ms]
             for t in leased[start : start + protocol.MAX_BATCH]:
                 args += (t.id, t.lease_token)
-            acked += (int(s) != 0 for s in await self._run(Op.ACK, args))
+            receipt = self._keys.receipt("ack", protocol.new_nonce())
+            reply = await self._run(Op.ACK, args, keys=(*self._key_list, receipt))
+            acked += (int(s) != 0 for s in reply)
         status = iter(acked)
         return [next(status) if t.lease_token is not None else True for t in tasks]
 
@@ -562,7 +561,7 @@ class AsyncDelayQueue:
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
         return to_datetime(expiry)  # type: ignore[return-value]
 
-    def add_listener(
+    async def add_listener(
         self, handler: Any, *, concurrency: int = 1, timeout: float | None = None
     ) -> backend.Listener:
         """Run ``handler`` for every due task in the background (Redisson's listener) and
@@ -585,24 +584,19 @@ class AsyncDelayQueue:
         deadline: float | None = -1.0,
         parse: bool = False,
         keys: Sequence[str] | None = None,
-        resend_args: list[Any] | None = None,
     ) -> Any:
-        """Run a script by SHA (loading it on NOSCRIPT), retrying lost connections. A resend
-        after a lost reply uses ``resend_args`` when given; every script is safe to resend."""
+        """Run a script by SHA (loading it on NOSCRIPT), retrying lost connections. Every
+        script is safe to resend after a lost reply (see their headers: receipts or checks)."""
         entry = script(op)
         if keys is None:
             keys = self._key_list
-        sent = False
 
         async def attempt() -> Any:
-            nonlocal sent
-            call_args = resend_args if sent and resend_args is not None else args
-            sent = True
             try:
-                return await self._redis.evalsha(entry.sha, len(keys), *keys, *call_args)
+                return await self._redis.evalsha(entry.sha, len(keys), *keys, *args)
             except NoScriptError:
                 await self._redis.script_load(entry.source)
-                return await self._redis.evalsha(entry.sha, len(keys), *keys, *call_args)
+                return await self._redis.evalsha(entry.sha, len(keys), *keys, *args)
 
         reply = await self._call(attempt, deadline=deadline)
         return protocol.parse_fetch(reply) if parse else reply

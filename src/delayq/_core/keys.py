@@ -24,7 +24,6 @@ KEY_ROLES = (
     "taskkeys",  # HASH id -> "key_ttl_ms|dedup key"
     "keptkeys",  # ZSET dedup key -> ms until which a finished task's key stays taken
     "counters",  # HASH counter name -> lifetime count
-    "acked",  # ZSET lease token -> ack ms: recent acks, so a resent ack is told apart
     "events",  # pub/sub channel: the earliest due ms, when it moves earlier (always last)
 )
 
@@ -59,6 +58,12 @@ class QueueKeys:
     def all(self) -> tuple[str, ...]:
         """Every key of the queue, in script order."""
         return tuple(self.key(role) for role in KEY_ROLES)
+
+    def receipt(self, op: str, nonce: str) -> str:
+        """The short-lived key in which one script call keeps its reply, so that the same
+        call resent after a lost reply (by delayq or by the client's own retry) gets the same
+        answer instead of acting twice."""
+        return self.key(f"{op}:{nonce}")
 
     @property
     def offer_one(self) -> tuple[str, ...]:

@@ -158,7 +158,7 @@ class Policy:
 
 
 def fetch_args(policy: Policy, count: int, keep_ms: int) -> list[Any]:
-    """Arguments of a first fetch call; :func:`as_resend` marks a resend of the same call."""
+    """Arguments of a fetch call; its nonce (args[2]) also names the call's receipt key."""
     base, cap, factor = policy.backoff.args()
     return [
         count,
@@ -169,13 +169,8 @@ def fetch_args(policy: Policy, count: int, keep_ms: int) -> list[Any]:
         cap,
         factor,
         policy.housekeeping,
-        "0",
         keep_ms,
     ]
-
-
-def as_resend(args: list[Any]) -> list[Any]:
-    return [*args[:8], "1", *args[9:]]
 
 
 def parse_fetch(reply: Sequence[Any]) -> FetchResult:

@@ -9,7 +9,7 @@
 -- travels with it from set to set without another lookup. string.format('%.0f') writes scores:
 -- Lua's tostring keeps only 14 significant digits and a score has 15.
 local K_DELAYED, K_TASKS, K_INFLIGHT, K_LEASES, K_ATTEMPTS, K_DEAD, K_ERRORS,
-      K_EXPIRY, K_KEYMAP, K_TASKKEY, K_KEPT, K_COUNTERS, K_ACKED, K_EVENTS = unpack(KEYS)
+      K_EXPIRY, K_KEYMAP, K_TASKKEY, K_KEPT, K_COUNTERS, K_EVENTS = unpack(KEYS)
 
 local SLOTS = 10
 
@@ -42,6 +42,22 @@ local function backoff_ms(attempts, base, cap, factor)
   local d = base * 2 ^ math.max(attempts - 1, 0)
   if d > cap then d = cap end
   return math.floor(d * factor)
+end
+
+-- A call's receipt (KEYS[14]) holds its reply for a while: a resend of the same call (same
+-- nonce, so the same receipt key) answers from it instead of acting twice.
+local function stored_reply(receipt)
+  if redis.call('EXISTS', receipt) == 0 then return nil end
+  local stored = redis.call('LRANGE', receipt, 0, -1)
+  for i = 1, #stored do stored[i] = tonumber(stored[i]) end
+  return stored
+end
+
+local function keep_reply(receipt, reply, ms)
+  if #reply > 0 then
+    redis.call('RPUSH', receipt, unpack(reply))
+    redis.call('PEXPIRE', receipt, ms)
+  end
 end
 
 local function count(field, n)

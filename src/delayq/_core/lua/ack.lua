@@ -1,12 +1,12 @@
 -- ack: finish tasks whose leases the caller still holds.
--- KEYS:  the queue key set (see _lib.lua).
--- ARGV[1] ms to remember an ack's token, so that the same ack resent after a lost reply
---         (by delayq or by the redis client's own retry) is recognised
+-- KEYS:  the queue key set (see _lib.lua), then KEYS[14]: this call's receipt
+-- ARGV[1] ms to keep the receipt (this reply, for a resend of the same call)
 -- ARGV[2..] pairs: id, lease token
--- Reply: one status per pair: 1 = acked; 2 = this token acked it already (a resent ack);
---        0 = lease lost: expired, or the task was delivered again (and maybe finished) by
---        another consumer
-local window = tonumber(ARGV[1])
+-- Reply: one status per pair: 1 = acked; 0 = lease lost: expired, or the task was delivered
+--        again (and maybe finished) by another consumer. A resent call gets the first reply.
+local receipt, keep_ms = KEYS[14], tonumber(ARGV[1])
+local earlier = stored_reply(receipt)
+if earlier then return earlier end
 local now = now_ms()
 local ids, tokens = {}, {}
 for i = 2, #ARGV, 2 do
@@ -16,16 +16,12 @@ end
 -- Read every lease at once, then remove the finished tasks with one command per structure.
 local leases = redis.call('HMGET', K_LEASES, unpack(ids))
 local expiries = redis.call('ZMSCORE', K_INFLIGHT, unpack(ids))
-local reply, done, receipts, seen = {}, {}, {}, {}
+local reply, done, seen = {}, {}, {}
 for k, id in ipairs(ids) do
   if leases[k] == tokens[k] and expiries[k] and ms_of(expiries[k]) >= now and not seen[id] then
     seen[id] = true
     done[#done + 1] = id
-    receipts[#receipts + 1] = now
-    receipts[#receipts + 1] = tokens[k]
     reply[k] = 1
-  elseif seen[id] or redis.call('ZSCORE', K_ACKED, tokens[k]) then
-    reply[k] = 2
   else
     reply[k] = 0
   end
@@ -41,8 +37,7 @@ if #done > 0 then
   redis.call('HDEL', K_ATTEMPTS, unpack(done))
   redis.call('HDEL', K_ERRORS, unpack(done))
   redis.call('ZREM', K_EXPIRY, unpack(done))
-  redis.call('ZADD', K_ACKED, unpack(receipts))
 end
-redis.call('ZREMRANGEBYSCORE', K_ACKED, '-inf', '(' .. fmt(now - window))
 count('acked', #done)
+keep_reply(receipt, reply, keep_ms)
 return reply

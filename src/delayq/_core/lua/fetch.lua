@@ -6,12 +6,12 @@
 -- ARGV[4] max_attempts   ARGV[5] backoff base ms   ARGV[6] backoff cap ms
 -- ARGV[7] backoff factor in (0, 1], the client's jitter draw
 -- ARGV[8] housekeeping limit: most expired leases / ttls / kept keys handled per call
--- ARGV[9] '1' if this call resends one whose reply was lost (same nonce), else '0'
--- ARGV[10] ms to keep this call's receipt
--- KEYS[15] this call's receipt, 5 entries per task handed out: id, due_ms, slot, attempts, and
---         the lease token (or, at-most-once, the envelope itself). A resent call returns what
---         the first one handed out, instead of leasing more and leaving those to expire unseen
---         (or, at-most-once, losing them)
+-- ARGV[9] ms to keep this call's receipt
+-- KEYS[14] this call's receipt: per task handed out, "id|due_ms|slot|attempts|token" (and,
+--         at-most-once, the envelope as the next entry). The same call resent after a lost
+--         reply (same nonce: by delayq or the client's own retry) returns what the first one
+--         handed out, instead of leasing more and leaving those to expire unseen (or,
+--         at-most-once, losing them)
 -- Reply: {now_us, next_wake_ms or -1, then per task: id, envelope, attempts, due_ms, slot, token}
 --        now_us is the server's time in microseconds (consumers plan their sleep from it);
 --        next_wake_ms is the earliest due time or lease expiry still ahead.
@@ -70,7 +70,7 @@ for _, key in ipairs(kept) do
   if id and redis.call('HEXISTS', K_TASKS, id) == 0 then redis.call('HDEL', K_KEYMAP, key) end
 end
 
-local receipt, resent, keep_ms = KEYS[15], ARGV[9] == '1', tonumber(ARGV[10])
+local receipt, keep_ms = KEYS[14], tonumber(ARGV[9])
 
 local function next_wake()
   local next_due = head_score(K_DELAYED)
@@ -84,23 +84,27 @@ local function next_wake()
   return wake
 end
 
-if resent and redis.call('EXISTS', receipt) == 1 then
+if redis.call('EXISTS', receipt) == 1 then
   local reply = {now_us, next_wake()}
   local rows = redis.call('LRANGE', receipt, 0, -1)
-  for r = 1, #rows, 5 do
-    local id, last = rows[r], rows[r + 4]
-    local envelope, token = last, ''
+  local r = 1
+  while r <= #rows do
+    local id, due_ms, slot, tries, token = string.match(rows[r], '^(.*)|(%d+)|(%d)|(%d+)|(.*)$')
+    local envelope
     if lease_ms > 0 then  -- only if the lost reply's lease still holds
-      token = last
       envelope = redis.call('HGET', K_LEASES, id) == token and redis.call('HGET', K_TASKS, id)
+      r = r + 1
+    else
+      envelope = rows[r + 1]
+      r = r + 2
     end
     if envelope then
       local n = #reply
       reply[n + 1] = id
       reply[n + 2] = envelope
-      reply[n + 3] = tonumber(rows[r + 3])
-      reply[n + 4] = tonumber(rows[r + 1])
-      reply[n + 5] = tonumber(rows[r + 2])
+      reply[n + 3] = tonumber(tries)
+      reply[n + 4] = tonumber(due_ms)
+      reply[n + 5] = tonumber(slot)
       reply[n + 6] = token
     end
   end
@@ -165,11 +169,9 @@ if #ids > 0 then
   if handed > 0 then
     local rows = {}
     for r = 3, #reply, 6 do
-      local last = reply[r + 5]
-      if lease_ms == 0 then last = reply[r + 1] end
-      for _, v in ipairs({reply[r], reply[r + 3], reply[r + 4], reply[r + 2], last}) do
-        rows[#rows + 1] = v
-      end
+      rows[#rows + 1] = reply[r] .. '|' .. reply[r + 3] .. '|' .. reply[r + 4] .. '|'
+        .. reply[r + 2] .. '|' .. reply[r + 5]
+      if lease_ms == 0 then rows[#rows + 1] = reply[r + 1] end
     end
     redis.call('RPUSH', receipt, unpack(rows))
     redis.call('PEXPIRE', receipt, keep_ms)
