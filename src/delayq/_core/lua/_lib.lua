@@ -47,16 +47,17 @@ end
 -- A call's receipt (KEYS[14]) holds its reply for a while: a resend of the same call (same
 -- nonce, so the same receipt key) answers from it instead of acting twice.
 local function stored_reply(receipt)
-  if redis.call('EXISTS', receipt) == 0 then return nil end
-  local stored = redis.call('LRANGE', receipt, 0, -1)
-  for i = 1, #stored do stored[i] = tonumber(stored[i]) end
-  return stored
+  local stored = redis.call('GET', receipt)
+  if not stored then return nil end
+  local reply = {}
+  for i = 1, #stored do reply[i] = string.byte(stored, i) - 48 end
+  return reply
 end
 
+-- The reply of ack or cancel (statuses 0-9) as one string of digits: cheaper than a list.
 local function keep_reply(receipt, reply, ms)
   if #reply > 0 then
-    redis.call('RPUSH', receipt, unpack(reply))
-    redis.call('PEXPIRE', receipt, ms)
+    redis.call('SET', receipt, table.concat(reply), 'PX', ms)
   end
 end
 
