@@ -322,29 +322,46 @@ class DelayQueue:
             and info.score_ms <= info.now_ms
         ):
             state = TaskState.READY
+        return self._task_info(
+            task_id, state, info.score_ms, info.attempts, info.envelope, info.error,
+            info.expires_ms,
+        )  # fmt: skip
+
+    def _task_info(
+        self,
+        task_id: str,
+        state: TaskState,
+        score_ms: int | None,
+        attempts: int,
+        envelope: bytes | None,
+        error: str | None,
+        expires_ms: int | None,
+    ) -> TaskInfo:
+        """A TaskInfo from stored parts; ``score_ms`` means the due time, lease expiry or time
+        of death, by state. An undecodable envelope shows as its error, never raises."""
         payload: Any = None
         headers: dict[str, str] = {}
-        priority, key, error = 0, None, info.error
-        if info.envelope is not None:
+        priority, key = 0, None
+        if envelope:
             try:
-                envelope = self._codec.decode(info.envelope)
-                payload, headers = envelope.payload, dict(envelope.headers)
-                priority, key = envelope.priority, envelope.key
+                decoded = self._codec.decode(envelope)
+                payload, headers = decoded.payload, dict(decoded.headers)
+                priority, key = decoded.priority, decoded.key
             except DecodeError as exc:
                 error = error or f"undecodable: {exc}"
-        when = to_datetime(info.score_ms)
+        when = to_datetime(score_ms)
         return TaskInfo(
             id=task_id,
             state=state,
             payload=payload,
-            attempts=info.attempts,
+            attempts=attempts,
             priority=priority,
             headers=headers,
             key=key,
             due_at=when if state in (TaskState.DELAYED, TaskState.READY) else None,
             lease_expires_at=when if state is TaskState.INFLIGHT else None,
             dead_at=when if state is TaskState.DEAD else None,
-            expires_at=to_datetime(info.expires_ms),
+            expires_at=to_datetime(expires_ms),
             last_error=error,
         )
 
@@ -659,39 +676,18 @@ class DelayQueue:
         if limit == 0:
             return []
         reply = self._run(Op.TASKS, [wanted.value, offset, limit])
-        result = []
-        for i in range(1, len(reply), 6):
-            when = to_datetime(int(float(reply[i + 1])) // 10)
-            envelope_bytes = bytes(reply[i + 3])
-            error = bytes(reply[i + 4]).decode(errors="replace") or None
-            payload: Any = None
-            headers: dict[str, str] = {}
-            priority, key = 0, None
-            if envelope_bytes:
-                try:
-                    envelope = self._codec.decode(envelope_bytes)
-                    payload, headers = envelope.payload, dict(envelope.headers)
-                    priority, key = envelope.priority, envelope.key
-                except DecodeError as exc:
-                    error = error or f"undecodable: {exc}"
-            waiting = wanted in (TaskState.DELAYED, TaskState.READY)
-            result.append(
-                TaskInfo(
-                    id=bytes(reply[i]).decode(),
-                    state=wanted,
-                    payload=payload,
-                    attempts=int(reply[i + 2]),
-                    priority=priority,
-                    headers=headers,
-                    key=key,
-                    due_at=when if waiting else None,
-                    lease_expires_at=when if wanted is TaskState.INFLIGHT else None,
-                    dead_at=when if wanted is TaskState.DEAD else None,
-                    expires_at=to_datetime(int(float(reply[i + 5]))) if reply[i + 5] else None,
-                    last_error=error,
-                )
+        return [
+            self._task_info(
+                bytes(reply[i]).decode(),
+                wanted,
+                int(float(reply[i + 1])) // 10,
+                int(reply[i + 2]),
+                bytes(reply[i + 3]),
+                bytes(reply[i + 4]).decode(errors="replace") or None,
+                int(float(reply[i + 5])) if reply[i + 5] else None,
             )
-        return result
+            for i in range(1, len(reply), 6)
+        ]
 
     def purge(self, states: Iterable[TaskState | str] | TaskState | str = ("dead",)) -> int:
         """Delete every task in ``states`` (default: the dead letters) and release their dedup
