@@ -13,17 +13,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from .._async.queue import AsyncDelayQueue, AsyncTask
-from .._core.handling import Counters, Verdict, WorkerHealth, outcome_of
+from .._core.handling import Verdict, outcome_of
 from .._core.models import Backoff
 from ..exceptions import DelayqError, LeaseLost
 from .common import (
     Hooks,
+    WorkerBase,
     WorkerOptions,
-    apply_policy,
     call_hook,
-    health_of,
     log_outcome,
-    write_health_file,
 )
 
 log = logging.getLogger("delayq.worker")
@@ -31,7 +29,7 @@ log = logging.getLogger("delayq.worker")
 Handler = Callable[[AsyncTask], Awaitable[Any]]
 
 
-class AsyncWorker:
+class AsyncWorker(WorkerBase):
     """Runs ``handler`` for every due task of ``queues`` with up to ``concurrency`` at once.
 
     Return from the handler = ack. Raise = retry after the queue's backoff (dead-lettered after
@@ -60,34 +58,26 @@ class AsyncWorker:
         max_attempts: int | None = None,
         retry_backoff: Backoff | None = None,
     ) -> None:
-        self._queues = [queues] if isinstance(queues, AsyncDelayQueue) else list(queues)
-        self._handler = handler
-        apply_policy(self._queues, visibility_timeout, max_attempts, retry_backoff)
-        self._options = WorkerOptions.build(
-            len(self._queues), concurrency, timeout, grace, prefetch, health_file
-        )
-        self._handle_signals = handle_signals
-        self._hooks = hooks or Hooks()
-        self._counters = Counters()
-        self._state = "starting"
-        self._held: dict[tuple[int, str], AsyncTask] = {}  # leased: buffered or running
-        self._running: dict[tuple[int, str], asyncio.Task[Any]] = {}
-        self._done: list[list[AsyncTask]] = [[] for _ in self._queues]
-        self._acking: set[tuple[int, str]] = set()
+        self._setup(
+            [queues] if isinstance(queues, AsyncDelayQueue) else list(queues),
+            handler,
+            WorkerOptions.build(
+                1 if isinstance(queues, AsyncDelayQueue) else len(queues),
+                concurrency, timeout, grace, prefetch, health_file,
+            ),
+            handle_signals,
+            hooks,
+            (visibility_timeout, max_attempts, retry_backoff),
+        )  # fmt: skip
         self._ack_ready = asyncio.Event()
         self._space = asyncio.Event()  # set when a handler finishes
         self._stopping = asyncio.Event()
-        self._signals = 0
 
     # -- public -----------------------------------------------------------------------------
 
     def stop(self) -> None:
         """Begin a graceful shutdown (safe to call from a signal handler or another task)."""
         self._stopping.set()
-
-    def health(self) -> WorkerHealth:
-        """Whether the loop is alive and when it last made progress."""
-        return health_of(self._state, self._counters, len(self._running), self._queues)
 
     async def run(self) -> None:
         """Work until stopped; then shut down gracefully and return."""
@@ -266,10 +256,6 @@ class AsyncWorker:
         while True:
             self._write_health()
             await asyncio.sleep(1.0)
-
-    def _write_health(self) -> None:
-        if self._options.health_file:
-            write_health_file(self._options.health_file, self.health())
 
     # -- shutdown ---------------------------------------------------------------------------
 

@@ -158,3 +158,41 @@ def apply_policy(
         if queue._policy.lease_ms == 0 and "lease_ms" in changes:
             raise ConfigError(f"queue {queue.name!r} is at-most-once: it has no lease to time")
         queue._policy = dataclasses.replace(queue._policy, **changes)
+
+
+class WorkerBase:
+    """State and health reporting shared by :class:`Worker` and :class:`AsyncWorker`."""
+
+    _queues: list[Any]
+    _running: dict[tuple[int, str], Any]
+
+    def _setup(
+        self,
+        queues: list[Any],
+        handler: Any,
+        options: WorkerOptions,
+        handle_signals: bool,
+        hooks: Hooks | None,
+        policy: tuple[float | None, int | None, Any],
+    ) -> None:
+        self._queues = queues
+        self._handler = handler
+        apply_policy(self._queues, *policy)
+        self._options = options
+        self._handle_signals = handle_signals
+        self._hooks = hooks or Hooks()
+        self._counters = Counters()
+        self._state = "starting"
+        self._held: dict[tuple[int, str], Any] = {}  # leased: buffered or running
+        self._running = {}
+        self._done: list[list[Any]] = [[] for _ in queues]
+        self._acking: set[tuple[int, str]] = set()  # done, ack on its way: no heartbeat
+        self._signals = 0
+
+    def health(self) -> WorkerHealth:
+        """Whether the loop is alive and when it last made progress."""
+        return health_of(self._state, self._counters, len(self._running), self._queues)
+
+    def _write_health(self) -> None:
+        if self._options.health_file:
+            write_health_file(self._options.health_file, self.health())

@@ -12,18 +12,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._core.handling import Counters, Verdict, WorkerHealth, outcome_of
+from .._core.handling import Verdict, outcome_of
 from .._core.models import Backoff
 from .._sync.queue import DelayQueue, Task
 from ..exceptions import DelayqError, LeaseLost
 from .common import (
     Hooks,
+    WorkerBase,
     WorkerOptions,
-    apply_policy,
     call_hook,
-    health_of,
     log_outcome,
-    write_health_file,
 )
 
 log = logging.getLogger("delayq.worker")
@@ -41,7 +39,7 @@ class _Run:
     finished: bool = False  # the handler returned first: it can no longer be abandoned
 
 
-class Worker:
+class Worker(WorkerBase):
     """Runs ``handler`` for every due task of ``queues`` in ``concurrency`` threads.
 
     The same contract as :class:`AsyncWorker`: return = ack, raise = retry with backoff
@@ -70,37 +68,29 @@ class Worker:
         max_attempts: int | None = None,
         retry_backoff: Backoff | None = None,
     ) -> None:
-        self._queues = [queues] if isinstance(queues, DelayQueue) else list(queues)
-        self._handler = handler
-        apply_policy(self._queues, visibility_timeout, max_attempts, retry_backoff)
-        self._options = WorkerOptions.build(
-            len(self._queues), concurrency, timeout, grace, prefetch, health_file
-        )
-        self._handle_signals = handle_signals
-        self._hooks = hooks or Hooks()
-        self._counters = Counters()
-        self._state = "starting"
+        self._setup(
+            [queues] if isinstance(queues, DelayQueue) else list(queues),
+            handler,
+            WorkerOptions.build(
+                1 if isinstance(queues, DelayQueue) else len(queues),
+                concurrency, timeout, grace, prefetch, health_file,
+            ),
+            handle_signals,
+            hooks,
+            (visibility_timeout, max_attempts, retry_backoff),
+        )  # fmt: skip
         self._lock = threading.Lock()
-        self._held: dict[tuple[int, str], Task] = {}  # leased: buffered or running
-        self._running: dict[tuple[int, str], _Run] = {}
-        self._done: list[list[Task]] = [[] for _ in self._queues]
-        self._acking: set[tuple[int, str]] = set()  # done, ack on its way: no heartbeat
         self._ack_ready = threading.Event()
         self._space = threading.Event()
         self._stopping = threading.Event()
         self._finished = threading.Event()  # ends the helper threads, after the shutdown
         self._buffers = [queue_lib.Queue[Task]() for _ in self._queues]
-        self._signals = 0
 
     # -- public -----------------------------------------------------------------------------
 
     def stop(self) -> None:
         """Begin a graceful shutdown (safe from a signal handler or another thread)."""
         self._stopping.set()
-
-    def health(self) -> WorkerHealth:
-        """Whether the loop is alive and when it last made progress."""
-        return health_of(self._state, self._counters, len(self._running), self._queues)
 
     def run(self) -> None:
         """Work until stopped; then shut down gracefully and return."""
@@ -331,10 +321,6 @@ class Worker:
                 log.warning("delayq worker: lease on %s expired while held", task_id)
             except DelayqError as exc:
                 log.warning("delayq worker: heartbeat failed (%s)", exc)
-
-    def _write_health(self) -> None:
-        if self._options.health_file:
-            write_health_file(self._options.health_file, self.health())
 
     # -- shutdown ---------------------------------------------------------------------------
 
