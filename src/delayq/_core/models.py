@@ -98,6 +98,11 @@ class Stats:
     oldest_overdue_age: float  # seconds the oldest due task has waited; 0.0 if none
     next_due_at: datetime | None
     counters: Mapping[str, int] = field(default_factory=dict)
+    # Delivery lateness (server hand-out time - due time) of every delivery so far: bucket
+    # upper bound in seconds (the last is math.inf) -> deliveries in that bucket alone.
+    lateness: Mapping[float, int] = field(default_factory=dict)
+    lateness_sum: float = 0.0  # seconds, over all deliveries
+    consumer_seen_at: datetime | None = None  # when a consumer last fetched
 
     @property
     def total(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import math
 import os
 import random
 import threading
@@ -28,6 +29,24 @@ OFFER_CHUNK: Final = 1000  # tasks per offer script call: keeps each call well u
 # Most tasks per fetch or ack call: scripts pass a batch to one command with unpack(), and
 # Redis's Lua takes at most 8,000 values per call (2 per task in HSET/ZADD).
 MAX_BATCH: Final = 1000
+# Upper bounds of the delivery-lateness buckets the fetch script counts (LATE_BOUNDS there).
+LATENESS_BUCKETS_MS: Final = (
+    1,
+    2,
+    5,
+    10,
+    25,
+    50,
+    100,
+    250,
+    500,
+    1000,
+    2500,
+    5000,
+    10000,
+    30000,
+    60000,
+)
 
 
 _id_lock = threading.Lock()
@@ -224,9 +243,25 @@ def parse_info(reply: Sequence[Any]) -> InfoReply:
 
 
 def parse_stats(reply: Sequence[Any]) -> dict[str, Any]:
-    counters = {_str(reply[i]): int(reply[i + 1]) for i in range(8, len(reply), 2)}
+    counters: dict[str, int] = {}
+    lateness = dict.fromkeys((*(ms / 1000 for ms in LATENESS_BUCKETS_MS), math.inf), 0)
+    lateness_sum_ms, seen_ms = 0, None
+    for i in range(8, len(reply), 2):
+        field, value = _str(reply[i]), int(reply[i + 1])
+        if field == "seen_ms":
+            seen_ms = value
+        elif field == "late:sum":
+            lateness_sum_ms = value
+        elif field.startswith("late:"):
+            bound = field[5:]
+            lateness[math.inf if bound == "inf" else int(bound) / 1000] = value
+        else:
+            counters[field] = value
     oldest, next_due = int(reply[6]), int(reply[7])
     return {
+        "lateness": lateness,
+        "lateness_sum": lateness_sum_ms / 1000,
+        "seen_ms": seen_ms,
         "now_ms": int(reply[0]),
         "delayed": int(reply[1]),
         "ready": int(reply[2]),

@@ -379,6 +379,9 @@ class DelayQueue:
             oldest_overdue_age=0.0 if oldest is None else (raw["now_ms"] - oldest) / 1000,
             next_due_at=to_datetime(raw["next_due_ms"]),
             counters=raw["counters"],
+            lateness=raw["lateness"],
+            lateness_sum=raw["lateness_sum"],
+            consumer_seen_at=to_datetime(raw["seen_ms"]),
         )
 
     def dead(self, limit: int = 100, offset: int = 0) -> list[DeadTask]:

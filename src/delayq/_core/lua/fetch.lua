@@ -12,6 +12,10 @@
 --         reply (same nonce: by delayq or the client's own retry) returns what the first one
 --         handed out, instead of leasing more and leaving those to expire unseen (or,
 --         at-most-once, losing them)
+-- Counters: besides delivered/expired/lease_expired, every call sets seen_ms (the last time a
+--         consumer looked) and each task handed out adds its lateness (now - due) to
+--         late:sum and to one non-cumulative bucket late:<upper ms> / late:inf; the bounds
+--         are LATENESS_BUCKETS_MS in protocol.py.
 -- Reply: {now_us, next_wake_ms or -1, then per task: id, envelope, attempts, due_ms, slot, token}
 --        now_us is the server's time in microseconds (consumers plan their sleep from it);
 --        next_wake_ms is the earliest due time or lease expiry still ahead.
@@ -21,6 +25,7 @@ local nonce = ARGV[3]
 local max_attempts = tonumber(ARGV[4])
 local base, cap, factor = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local limit = tonumber(ARGV[8])
+local LATE_BOUNDS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000}
 local clock = redis.call('TIME')
 local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local now = math.floor(now_us / 1000)
@@ -111,6 +116,8 @@ if redis.call('EXISTS', receipt) == 1 then
   return reply
 end
 
+redis.call('HSET', K_COUNTERS, 'seen_ms', now)
+
 local reply = {now_us, -1}
 local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', fmt(score(now, 9)),
   'WITHSCORES', 'LIMIT', 0, want)
@@ -128,6 +135,7 @@ if #ids > 0 then
     redis.call('ZREM', K_EXPIRY, unpack(ids))
   end
   local attempt_fields, lease_fields, inflight_fields = {}, {}, {}
+  local late_sum, late_hits = 0, {}
   for k, id in ipairs(ids) do
     local s, envelope = due[2 * k], envelopes[k]
     local alive = envelope ~= false
@@ -138,6 +146,14 @@ if #ids > 0 then
     end
     if alive then
       handed = handed + 1
+      local late = now - ms_of(s)
+      if late < 0 then late = 0 end
+      late_sum = late_sum + late
+      local bucket = 'inf'
+      for _, bound in ipairs(LATE_BOUNDS) do
+        if late <= bound then bucket = bound break end
+      end
+      late_hits[bucket] = (late_hits[bucket] or 0) + 1
       local slot = slot_of(s)
       local tries = tonumber(attempts[k] or '0') + 1
       local token = ''
@@ -167,6 +183,8 @@ if #ids > 0 then
     redis.call('ZADD', K_INFLIGHT, unpack(inflight_fields))
   end
   if handed > 0 then
+    for bucket, n in pairs(late_hits) do count('late:' .. bucket, n) end
+    count('late:sum', late_sum)
     local rows = {}
     for r = 3, #reply, 6 do
       rows[#rows + 1] = reply[r] .. '|' .. reply[r + 3] .. '|' .. reply[r + 4] .. '|'
