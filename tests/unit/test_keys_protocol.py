@@ -262,8 +262,15 @@ def test_parse_info_known_and_unknown() -> None:
 
 
 def test_parse_stats() -> None:
-    raw = protocol.parse_stats([9, 1, 2, 3, 4, 5, -1, 77, b"acked", b"6", b"offered", 7])
+    reply = [9, 1, 2, 3, 4, 5, -1, 77, b"acked", b"6", b"offered", 7, b"seen_ms", b"8"]
+    reply += [b"late:5", 2, b"late:inf", 1, b"late:sum", 100_010]
+    raw = protocol.parse_stats(reply)
+    lateness = raw.pop("lateness")
+    assert (lateness[0.005], lateness[math.inf], sum(lateness.values())) == (2, 1, 3)
+    assert list(lateness) == sorted(lateness)  # cumulative sums can be taken in order
     assert raw == {
+        "lateness_sum": 100.01,
+        "seen_ms": 8,
         "now_ms": 9,
         "delayed": 1,
         "ready": 2,

@@ -1,8 +1,9 @@
 """The task envelope: what is stored per task in the ``tasks`` hash (docs/storage.md).
 
-A JSON envelope is an object ``{"v": 1, "p": payload, ...}``; a msgpack envelope is the same
-map packed with msgpack and a ``"c": "msgpack"`` field. Optional fields appear only when set,
-so the common case costs a dozen bytes over the payload.
+A JSON envelope is an object ``{"p": payload, ...}``; a msgpack envelope is the same map
+packed with msgpack and a ``"c": "msgpack"`` field. Optional fields appear only when set, so
+the common case costs 6 bytes over the payload. ``"v"``, the envelope version, is written only
+from version 2 on: a missing ``"v"`` means 1 (which is also what older releases wrote).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class EnvelopeCodec:
         priority: int = 0,
         key: str | None = None,
     ) -> bytes:
-        doc: dict[str, Any] = {"v": ENVELOPE_VERSION}
+        doc: dict[str, Any] = {}
         if self.payload_type is not None:
             doc["p"] = self.payload_type.dump(payload)
             doc["ty"] = self.payload_type.tag
@@ -84,7 +85,7 @@ class EnvelopeCodec:
         doc = load_json(data) if data[:1] == b"{" else load_msgpack(data)
         if not isinstance(doc, dict) or "p" not in doc:
             raise DecodeError("stored task is not a delayq envelope")
-        version = doc.get("v")
+        version = doc.get("v", 1)
         if not isinstance(version, int) or version > ENVELOPE_VERSION:
             raise DecodeError(f"envelope version {version!r} is not one this delayq reads")
         payload = doc["p"]
