@@ -22,6 +22,7 @@ import pytest
 import redis
 
 from delayq import AsyncDelayQueue, Backoff, DelayQueue, RedisUnavailable
+from delayq._core import protocol
 from delayq.embedded import EmbeddedRedis
 from tests.conftest import BINARIES
 from tests.helpers import delayq_threads, wait_until
@@ -690,6 +691,9 @@ async def test_async_tasks_due_while_no_client_runs_are_caught_up(
 
 def _skew_clock(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
     real_time, real_time_ns = time.time, time.time_ns
+    # Ids made meanwhile carry the skewed time; forget it afterwards, or later tests' ids
+    # would keep counting from there.
+    monkeypatch.setattr(protocol, "_last_stamp", protocol._last_stamp)
     monkeypatch.setattr(time, "time", lambda: real_time() + seconds)
     monkeypatch.setattr(time, "time_ns", lambda: real_time_ns() + int(seconds * 1e9))
 

@@ -47,6 +47,9 @@ class EnvelopeCodec:
         priority: int = 0,
         key: str | None = None,
     ) -> bytes:
+        plain = not (headers or priority or key is not None)
+        if plain and self.codec == "json" and self.payload_type is None:  # the common case
+            return self._checked(b'{"p":' + dump_json(payload) + b"}")
         doc: dict[str, Any] = {}
         if self.payload_type is not None:
             doc["p"] = self.payload_type.dump(payload)
@@ -74,6 +77,9 @@ class EnvelopeCodec:
             doc["c"] = "pickle"
             doc["p"] = base64.b64encode(pickled).decode()
             data = dump_json(doc)
+        return self._checked(data)
+
+    def _checked(self, data: bytes) -> bytes:
         if len(data) > self.max_bytes:
             raise PayloadTooLarge(
                 f"encoded task is {len(data)} bytes, over the limit of {self.max_bytes} "

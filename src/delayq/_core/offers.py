@@ -34,7 +34,7 @@ class Offer:
     key_ttl: Duration | None = None
 
 
-def build_offer(codec: EnvelopeCodec, offer: Offer) -> OfferSpec:
+def build_offer(codec: EnvelopeCodec, offer: Offer, new_id: str | None = None) -> OfferSpec:
     """Validate and encode an offer; raises an :class:`InvalidTaskError` and writes nothing."""
     kind, value = due_spec(offer.delay, offer.at)
     priority = check_priority(offer.priority)
@@ -43,15 +43,19 @@ def build_offer(codec: EnvelopeCodec, offer: Offer) -> OfferSpec:
     key_ttl_ms = duration_ms(offer.key_ttl, "key_ttl") if offer.key_ttl is not None else 0
     ttl_ms = duration_ms(offer.ttl, "ttl", allow_zero=False) if offer.ttl is not None else 0
     return OfferSpec(
-        check_id(offer.id) if offer.id is not None else new_task_id(),
+        check_id(offer.id) if offer.id is not None else new_id or new_task_id(),
         f"{kind}{value}",
         codec.encode(offer.payload, headers=headers, priority=priority, key=key),
         offer_options(priority, key, key_ttl_ms, ttl_ms),
     )
 
 
-def build_plain_offer(codec: EnvelopeCodec, payload: Any, delay: Any) -> OfferSpec:
+def build_plain_offer(
+    codec: EnvelopeCodec, payload: Any, delay: Any, new_id: str | None = None
+) -> OfferSpec:
     """The common bulk case, ``(payload, delay)``: no key, id, priority, headers or ttl."""
     return OfferSpec(
-        new_task_id(), f"d{duration_ms(0 if delay is None else delay)}", codec.encode(payload)
+        new_id or new_task_id(),
+        f"d{duration_ms(0 if delay is None else delay)}",
+        codec.encode(payload),
     )

@@ -59,12 +59,21 @@ def new_task_id() -> str:
     The (ms, counter) stamp only grows within a process: a counter wrap or a clock step back
     carries into the next millisecond rather than breaking the sort order.
     """
+    return new_task_ids(1)[0]
+
+
+def new_task_ids(count: int) -> list[str]:
+    """``count`` ids as :func:`new_task_id` makes them, in increasing order, encoded at once
+    (a bulk offer spends a fraction of a microsecond per id)."""
     global _last_stamp
     stamp = (time.time_ns() // 1_000_000) << 16 | (next(_counter) & 0xFFFF)
     with _id_lock:
-        stamp = _last_stamp = max(stamp, _last_stamp + 1)
-    n = stamp << 32 | random.getrandbits(32)
-    return base64.b64encode(n.to_bytes(12, "big")).translate(_RELETTER).decode()
+        first = max(stamp, _last_stamp + 1)
+        _last_stamp = first + count - 1
+    draw = random.getrandbits
+    raw = b"".join(((first + k) << 32 | draw(32)).to_bytes(12, "big") for k in range(count))
+    text = base64.b64encode(raw).translate(_RELETTER).decode()
+    return [text[i : i + 16] for i in range(0, len(text), 16)]
 
 
 def new_nonce() -> str:

@@ -11,11 +11,15 @@ from ..exceptions import InvalidDelay
 MAX_DELAY_MS: Final = 100 * 365 * 24 * 3600 * 1000  # beyond a century is a unit mistake
 _EPOCH_MS_LIMIT: Final = 253402300799000  # 9999-12-31T23:59:59Z
 
+_MAX_DELAY_S: Final = MAX_DELAY_MS // 1000
+
 Duration = float | int | timedelta
 
 
 def duration_ms(value: object, what: str = "delay", *, allow_zero: bool = True) -> int:
     """Seconds (int/float) or a timedelta as whole milliseconds, rounded up."""
+    if type(value) is int and 0 <= value <= _MAX_DELAY_S and (value or allow_zero):
+        return value * 1000  # the common case, checked without the general path's work
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):

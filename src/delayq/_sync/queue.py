@@ -251,22 +251,30 @@ class DelayQueue:
         :class:`Offer` objects. Every item is validated and encoded before anything is written.
         Returns the ids in order."""
         # Encode everything first: one bad item raises before anything is written.
-        specs = [self._spec(item) for item in items]
+        items = list(items)
+        ids = protocol.new_task_ids(len(items)) if items else []
+        specs = [self._spec(item, new_id) for item, new_id in zip(items, ids, strict=True)]
         chunks = [
             specs[start : start + protocol.OFFER_CHUNK]
             for start in range(0, len(specs), protocol.OFFER_CHUNK)
         ]
         mode = self._offer_mode(dedup)
-        ids: list[str] = []
-        for chunk in chunks:  # in order: a later task with the same key or id must lose
-            ids += self._send_offer(protocol.offer_args(mode, chunk))
-        return ids
+        if not chunks:
+            return []
+        self._register()
+        # In order, on one connection: a later task with the same key or id must lose. The
+        # first chunk goes alone (it reloads the script if Redis lost it), the rest pipelined.
+        replies = [self._run(Op.OFFER, protocol.offer_args(mode, chunks[0]))]
+        if len(chunks) > 1:
+            rest = [protocol.offer_args(mode, chunk) for chunk in chunks[1:]]
+            replies += self._run_pipelined(Op.OFFER, rest)
+        return [task_id for reply in replies for task_id, _ in protocol.parse_offer(reply)]
 
-    def _spec(self, item: Offer | tuple[Any, Duration | None]) -> OfferSpec:
-        if isinstance(item, Offer):
-            return build_offer(self._codec, item)
+    def _spec(self, item: Offer | tuple[Any, Duration | None], new_id: str) -> OfferSpec:
         if isinstance(item, tuple) and len(item) == 2:
-            return build_plain_offer(self._codec, *item)
+            return build_plain_offer(self._codec, *item, new_id)
+        if isinstance(item, Offer):
+            return build_offer(self._codec, item, new_id)
         raise InvalidTaskError(f"offer_many items are (payload, delay) or Offer, not {item!r}")
 
     def _offer_mode(self, dedup: str | None) -> DedupMode:
@@ -617,6 +625,29 @@ class DelayQueue:
 
         reply = self._call(attempt, deadline=deadline)
         return protocol.parse_fetch(reply) if parse else reply
+
+    def _run_pipelined(self, op: Op, arg_lists: list[list[Any]]) -> list[Any]:
+        """Run a script once per argument list in one pipeline; Redis runs them in order.
+        Resending after a lost connection is safe for the same reasons as in :meth:`_run`."""
+        entry, keys = script(op), self._key_list
+
+        def attempt() -> list[Any]:
+            pipe = self._redis.pipeline(transaction=False)
+            for args in arg_lists:
+                pipe.evalsha(entry.sha, len(keys), *keys, *args)
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+            for i, reply in enumerate(replies):
+                if isinstance(reply, NoScriptError):  # scripts flushed meanwhile: the rest again
+                    self._redis.script_load(entry.source)
+                    for j in range(i, len(replies)):
+                        args = arg_lists[j]
+                        replies[j] = self._redis.evalsha(entry.sha, len(keys), *keys, *args)
+                    break
+                if isinstance(reply, Exception):
+                    raise reply
+            return replies
+
+        return list(self._call(attempt))
 
     def _call(self, fn: Any, *, deadline: float | None = -1.0) -> Any:
         """Call ``fn`` until it gets through, backing off on connection errors.

@@ -1,0 +1,46 @@
+"""offer_many's fast path: ids made in bulk, chunks pipelined in order on one connection."""
+
+from __future__ import annotations
+
+from delayq import Offer
+from delayq._core import protocol
+from delayq._core.models import DedupMode
+from delayq._core.offers import build_offer
+from delayq._core.scripts import Op
+
+
+def test_bulk_ids_are_unique_sorted_and_well_formed() -> None:
+    ids = protocol.new_task_ids(5000) + protocol.new_task_ids(3) + [protocol.new_task_id()]
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)  # ids sort in the order they were made, across batches
+    assert all(len(i) == 16 and i.isascii() for i in ids)
+
+
+def test_pipelined_chunks_recover_from_a_script_flush_in_order(make_queue, client) -> None:
+    q = make_queue()
+    chunks = [
+        [build_offer(q._codec, Offer("first", 60, key="k"))],
+        [build_offer(q._codec, Offer("second", 60, key="k"))],
+        [build_offer(q._codec, Offer(n, 60)) for n in range(3)],
+    ]
+    client.script_flush()  # every pipelined call now answers NOSCRIPT
+    replies = q._run_pipelined(
+        Op.OFFER, [protocol.offer_args(DedupMode.KEEP, chunk) for chunk in chunks]
+    )
+    (first,), (second,), rest = (protocol.parse_offer(r) for r in replies)
+    assert first[1] == 1 and second == (first[0], 0)  # the later offer of the key lost
+    assert [status for _, status in rest] == [1, 1, 1]
+    info = q.get(first[0])
+    assert info is not None and info.payload == "first"
+    assert q.stats().delayed == 4
+
+
+def test_many_chunks_arrive_whole_and_in_order(make_queue) -> None:
+    q = make_queue()
+    n = protocol.OFFER_CHUNK * 4 + 7
+    ids = q.offer_many([(i, 60 + i // 1000) for i in range(n)])
+    assert len(set(ids)) == n
+    assert q.stats().counters["offered"] == n
+    for i in (0, 999, 1000, 3999, 4000, n - 1):
+        info = q.get(ids[i])
+        assert info is not None and info.payload == i
