@@ -16,6 +16,7 @@ from .._async.queue import AsyncDelayQueue, AsyncTask
 from .._core.handling import Verdict, outcome_of
 from .._core.models import Backoff
 from ..exceptions import DelayqError, LeaseLost
+from ..metrics._base import WorkerRecorder
 from .common import (
     Hooks,
     WorkerBase,
@@ -39,7 +40,8 @@ class AsyncWorker(WorkerBase):
     running handlers get ``grace`` seconds, and every task not finished is handed back at once.
 
     ``visibility_timeout``, ``max_attempts`` and ``retry_backoff``, when given, override the
-    queues' own lease and retry policy for the tasks this worker handles.
+    queues' own lease and retry policy for the tasks this worker handles. ``metrics``: a
+    recorder such as :class:`delayq.metrics.WorkerMetrics` (Prometheus); none by default.
     """
 
     def __init__(
@@ -57,6 +59,7 @@ class AsyncWorker(WorkerBase):
         visibility_timeout: float | None = None,
         max_attempts: int | None = None,
         retry_backoff: Backoff | None = None,
+        metrics: WorkerRecorder | None = None,
     ) -> None:
         self._setup(
             [queues] if isinstance(queues, AsyncDelayQueue) else list(queues),
@@ -68,6 +71,7 @@ class AsyncWorker(WorkerBase):
             handle_signals,
             hooks,
             (visibility_timeout, max_attempts, retry_backoff),
+            metrics,
         )  # fmt: skip
         self._ack_ready = asyncio.Event()
         self._space = asyncio.Event()  # set when a handler finishes
@@ -84,6 +88,7 @@ class AsyncWorker(WorkerBase):
         loop = asyncio.get_running_loop()
         installed = self._install_signals(loop)
         self._state = "running"
+        self._metrics.worker_started([q.name for q in self._queues])
         buffers = [asyncio.Queue[AsyncTask]() for _ in self._queues]
         helpers = [
             asyncio.create_task(self._ack_loop(), name="delayq-worker-ack"),
@@ -115,6 +120,7 @@ class AsyncWorker(WorkerBase):
             for sig in installed:
                 loop.remove_signal_handler(sig)
             self._state = "stopped"
+            self._metrics.worker_stopped([q.name for q in self._queues])
             self._write_health()
             log.info("delayq worker stopped: processed=%d", self._counters.processed)
 
@@ -128,6 +134,7 @@ class AsyncWorker(WorkerBase):
             space -= sum(1 for key in self._running if key[0] == index)
             if space <= 0:
                 self._counters.last_fetch = time.monotonic()  # full, not stuck
+                self._metrics.heartbeat(queue.name)
                 await self._wait_for_space()
                 continue
             try:
@@ -140,6 +147,8 @@ class AsyncWorker(WorkerBase):
                 backoff = min(backoff * 2, 5.0)
                 continue
             self._counters.last_fetch = time.monotonic()
+            self._metrics.heartbeat(queue.name)
+            self._metrics.delivered(queue.name, tasks)
             for task in tasks:
                 self._held[(index, task.id)] = task
                 buffer.put_nowait(task)
@@ -156,9 +165,11 @@ class AsyncWorker(WorkerBase):
             current = asyncio.current_task()
             assert current is not None
             self._running[key] = current
+            self._metrics.handler_started(queue.name)
             try:
                 await self._process(index, queue, task)
             finally:
+                self._metrics.handler_ended(queue.name)
                 self._running.pop(key, None)
                 self._space.set()
 
@@ -192,6 +203,7 @@ class AsyncWorker(WorkerBase):
             self._acking.add((index, task.id))
             self._done[index].append(task)
             self._ack_ready.set()
+            self._metrics.task_done(queue.name, task, "acked", duration)
             call_hook(log, hooks.on_success, task, result, duration)
             return
         self._counters.failed += 1
@@ -201,10 +213,14 @@ class AsyncWorker(WorkerBase):
                 await queue.reject(task, outcome.error)
             else:
                 await queue.retry(task, outcome.delay, error=outcome.error)
+            label = "dead" if outcome.dead else "retried"
         except LeaseLost:
+            label = "failed"  # not recorded: the task comes back when its lease expires
             log.warning("delayq worker: lease on %s lost before its failure was recorded", task.id)
         except DelayqError as exc:
+            label = "failed"
             log.warning("delayq worker: could not record failure of %s: %s", task.id, exc)
+        self._metrics.task_done(queue.name, task, label, duration)
         call_hook(log, hooks.on_failure, task, error)
         if outcome.dead:
             self._counters.dead += 1

@@ -14,6 +14,7 @@ from typing import Any
 
 from .._core.handling import Counters, Outcome, Verdict, WorkerHealth
 from ..exceptions import ConfigError
+from ..metrics._base import NOOP, WorkerRecorder
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,8 +175,10 @@ class WorkerBase:
         handle_signals: bool,
         hooks: Hooks | None,
         policy: tuple[float | None, int | None, Any],
+        metrics: WorkerRecorder | None = None,
     ) -> None:
         self._queues = queues
+        self._metrics: WorkerRecorder = NOOP if metrics is None else metrics
         self._handler = handler
         apply_policy(self._queues, *policy)
         self._options = options

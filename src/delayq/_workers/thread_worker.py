@@ -16,6 +16,7 @@ from .._core.handling import Verdict, outcome_of
 from .._core.models import Backoff
 from .._sync.queue import DelayQueue, Task
 from ..exceptions import DelayqError, LeaseLost
+from ..metrics._base import WorkerRecorder
 from .common import (
     Hooks,
     WorkerBase,
@@ -49,7 +50,8 @@ class Worker(WorkerBase):
     slot. ``run()`` blocks until :meth:`stop` or SIGTERM/SIGINT, then shuts down gracefully.
 
     ``visibility_timeout``, ``max_attempts`` and ``retry_backoff``, when given, override the
-    queues' own lease and retry policy for the tasks this worker handles.
+    queues' own lease and retry policy for the tasks this worker handles. ``metrics``: a
+    recorder such as :class:`delayq.metrics.WorkerMetrics` (Prometheus); none by default.
     """
 
     def __init__(
@@ -67,6 +69,7 @@ class Worker(WorkerBase):
         visibility_timeout: float | None = None,
         max_attempts: int | None = None,
         retry_backoff: Backoff | None = None,
+        metrics: WorkerRecorder | None = None,
     ) -> None:
         self._setup(
             [queues] if isinstance(queues, DelayQueue) else list(queues),
@@ -78,6 +81,7 @@ class Worker(WorkerBase):
             handle_signals,
             hooks,
             (visibility_timeout, max_attempts, retry_backoff),
+            metrics,
         )  # fmt: skip
         self._lock = threading.Lock()
         self._ack_ready = threading.Event()
@@ -96,6 +100,7 @@ class Worker(WorkerBase):
         """Work until stopped; then shut down gracefully and return."""
         previous = self._install_signals()
         self._state = "running"
+        self._metrics.worker_started([q.name for q in self._queues])
         fetchers = [
             self._thread(self._fetch_loop, i, name="fetch") for i in range(len(self._queues))
         ]
@@ -126,6 +131,7 @@ class Worker(WorkerBase):
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self._state = "stopped"
+            self._metrics.worker_stopped([q.name for q in self._queues])
             self._write_health()
             log.info("delayq worker stopped: processed=%d", self._counters.processed)
 
@@ -147,6 +153,7 @@ class Worker(WorkerBase):
             space = self._options.slots + self._options.prefetch - buffer.qsize() - busy
             if space <= 0:
                 self._counters.last_fetch = time.monotonic()  # full, not stuck
+                self._metrics.heartbeat(queue.name)
                 self._space.clear()
                 self._space.wait(0.5)
                 continue
@@ -160,6 +167,8 @@ class Worker(WorkerBase):
                 backoff = min(backoff * 2, 5.0)
                 continue
             self._counters.last_fetch = time.monotonic()
+            self._metrics.heartbeat(queue.name)
+            self._metrics.delivered(queue.name, tasks)
             with self._lock:
                 for task in tasks:
                     self._held[(index, task.id)] = task
@@ -176,9 +185,11 @@ class Worker(WorkerBase):
             run = _Run(index, task)
             with self._lock:
                 self._running[(index, task.id)] = run
+            self._metrics.handler_started(queue.name)
             try:
                 self._process(queue, run)
             finally:
+                self._metrics.handler_ended(queue.name)
                 with self._lock:
                     if self._running.get((index, task.id)) is run:
                         del self._running[(index, task.id)]
@@ -222,6 +233,7 @@ class Worker(WorkerBase):
                 self._acking.add((index, task.id))
                 self._done[index].append(task)
             self._ack_ready.set()
+            self._metrics.task_done(queue.name, task, "acked", duration)
             call_hook(log, hooks.on_success, task, result, duration)
             return
         self._counters.failed += 1
@@ -232,10 +244,14 @@ class Worker(WorkerBase):
                 queue.reject(task, outcome.error)
             else:
                 queue.retry(task, outcome.delay, error=outcome.error)
+            label = "dead" if outcome.dead else "retried"
         except LeaseLost:
+            label = "failed"  # not recorded: the task comes back when its lease expires
             log.warning("delayq worker: lease on %s lost before its failure was recorded", task.id)
         except DelayqError as exc:
+            label = "failed"
             log.warning("delayq worker: could not record failure of %s: %s", task.id, exc)
+        self._metrics.task_done(queue.name, task, label, duration)
         call_hook(log, hooks.on_failure, task, error)
         if outcome.dead:
             self._counters.dead += 1

@@ -599,6 +599,11 @@ def worker(
     ] = None,
     codec: Annotated[str, typer.Option(help="json, msgpack or pickle.")] = "json",
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(min=0, max=65535, help="Serve Prometheus /metrics on this port."),
+    ] = None,
+    metrics_host: Annotated[str, typer.Option(help="Address for --metrics-port.")] = "127.0.0.1",
     redis: RedisOpt = DEFAULT_URL,
     prefix: PrefixOpt = "dq",
 ) -> None:
@@ -634,6 +639,13 @@ def worker(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     Session(redis, prefix).close()  # validates --redis and --prefix before starting
+    server = None
+    if metrics_port is not None:
+        from ..metrics import cli as metrics_cli
+
+        options["metrics"], server = metrics_cli.worker_endpoint(
+            redis, queue, metrics_port, metrics_host, prefix
+        )
     if inspect.iscoroutinefunction(handler):
         from .. import AsyncDelayQueue
 
@@ -653,6 +665,71 @@ def worker(
         finally:
             for q in qs:
                 q.close()
+    if server is not None:
+        server.stop()
+
+
+@app.command()
+def exporter(
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port of /metrics.")] = 9808,
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    queue: Annotated[
+        list[str] | None,
+        typer.Option("--queue", "-q", help="Queue to report (repeatable; default: all)."),
+    ] = None,
+    overdue_after: Annotated[
+        str, typer.Option(help="A due task waiting longer counts as overdue.")
+    ] = "1s",
+    redis: RedisOpt = DEFAULT_URL,
+    prefix: PrefixOpt = "dq",
+) -> None:
+    """Serve Prometheus metrics of the queues on /metrics, read from Redis at each scrape.
+
+    Needs prometheus-client (delayq's metrics extra). Runs until SIGTERM or Ctrl-C.
+
+    Example: delayq exporter --port 9808 --redis redis://cache:6379/0
+    """
+    from ..metrics import cli as metrics_cli
+
+    Session(redis, prefix).close()  # validates --redis and --prefix before starting
+    seconds = parse.duration(overdue_after, "--overdue-after")
+    say = lambda line: err.print(line, markup=False, soft_wrap=True)  # noqa: E731
+    metrics_cli.run_exporter(redis, port, host, prefix, queue, seconds, say)
+
+
+@app.command()
+def dashboard(
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8080,
+    host: Annotated[
+        str, typer.Option(help="Address to bind; beyond loopback needs a token.")
+    ] = "127.0.0.1",
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DELAYQ_DASHBOARD_TOKEN",
+            help="Require this token on every page (env DELAYQ_DASHBOARD_TOKEN).",
+            show_envvar=False,
+        ),
+    ] = None,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="Hide and refuse actions.")
+    ] = False,
+    redis: RedisOpt = DEFAULT_URL,
+    prefix: PrefixOpt = "dq",
+) -> None:
+    """Serve the web dashboard: queues, an hour of charts, tasks and actions (docs/dashboard.md).
+
+    Needs the extra of the same name (pip install delayq with dashboard). Runs until Ctrl-C.
+
+    Example: DELAYQ_DASHBOARD_TOKEN=s3cret delayq dashboard --host 0.0.0.0 --port 8080
+    """
+    try:
+        from .. import dashboard as web
+    except ImportError as exc:
+        raise CliError(f"the dashboard needs: pip install 'delayq[dashboard]' ({exc})") from exc
+    Session(redis, prefix).close()  # validates --redis and --prefix before starting
+    settings = web.Settings(redis, prefix, token=token or None, read_only=read_only)
+    web.serve(settings, host, port)
 
 
 # -- entry point -----------------------------------------------------------------------------

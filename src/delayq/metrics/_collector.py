@@ -1,0 +1,294 @@
+"""Queue-level metrics read from Redis at scrape time by a custom collector."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import redis as redis_lib
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError, RedisError
+from redis.retry import Retry
+
+from .._core import protocol
+from .._core.keys import QueueKeys
+from .._core.models import Stats, to_datetime
+from .._core.scripts import Op, script
+from .._core.timing import duration_ms
+from ..exceptions import ConfigError
+
+log = logging.getLogger("delayq.metrics")
+
+STATES = ("delayed", "ready", "inflight", "dead")
+# Redis counters hash field (= metric name without delayq_ and _total) -> help text.
+COUNTERS = {
+    "offered": "Tasks offered (scheduled).",
+    "delivered": "Deliveries to consumers (a retried task counts once per delivery).",
+    "acked": "Tasks acknowledged as done.",
+    "retried": "Failed attempts given back for another delivery.",
+    "dead_lettered": "Tasks moved to the dead-letter set.",
+    "cancelled": "Tasks cancelled before delivery.",
+    "expired": "Tasks dropped because their ttl passed before delivery.",
+    "lease_expired": "Leases that expired before an ack (the task was delivered again or died).",
+    "decode_failures": "Stored tasks that could not be decoded (dead-lettered).",
+    "requeued": "Dead-lettered tasks put back on the queue.",
+    "purged": "Tasks deleted by purge.",
+}
+
+
+def stats_of(name: str, reply: Sequence[Any]) -> Stats:
+    """A :class:`~delayq.Stats` from one reply of the ``stats`` script (as ``stats()`` does)."""
+    raw = protocol.parse_stats(reply)
+    oldest = raw["oldest_due_ms"]
+    return Stats(
+        queue=name,
+        delayed=raw["delayed"],
+        ready=raw["ready"],
+        inflight=raw["inflight"],
+        dead=raw["dead"],
+        overdue=raw["overdue"],
+        oldest_overdue_age=0.0 if oldest is None else (raw["now_ms"] - oldest) / 1000,
+        next_due_at=to_datetime(raw["next_due_ms"]),
+        counters=raw["counters"],
+        lateness=raw["lateness"],
+        lateness_sum=raw["lateness_sum"],
+        consumer_seen_at=to_datetime(raw["seen_ms"]),
+    )
+
+
+class QueueCollector(Collector):
+    """Reads the stats of delayq queues from Redis on every scrape.
+
+    ``queues``: the names to report; None reads the registry set ``<prefix>:queues`` on each
+    scrape (every queue ever offered to). One scrape costs one ``SMEMBERS`` (only without
+    ``queues``) and one pipelined round of ``stats`` script calls, each O(log N): no scans.
+    ``overdue_after`` (seconds) is the overdue threshold, as the queues' own option. With a
+    ``RedisCluster`` client the calls go one by one (redis-py refuses EVALSHA in cluster
+    pipelines), each to the node of its queue's slot.
+
+    When Redis does not answer, the scrape still succeeds with ``delayq_exporter_up 0`` and
+    no queue samples.
+    """
+
+    def __init__(
+        self,
+        redis: Any = None,
+        *,
+        prefix: str = "dq",
+        queues: Iterable[str] | None = None,
+        overdue_after: float = 1.0,
+        timeout: float = 3.0,
+    ) -> None:
+        QueueKeys(prefix, "x")  # validates the prefix
+        self.prefix = prefix
+        self.queues = None if queues is None else [QueueKeys(prefix, n).name for n in queues]
+        self._overdue_ms = duration_ms(overdue_after, "overdue_after")
+        if redis is None or isinstance(redis, str):
+            self._client: Any = redis_lib.Redis.from_url(
+                redis or "redis://127.0.0.1:6379/0",
+                client_name="delayq-exporter",
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                retry=Retry(NoBackoff(), 0),
+            )
+            self._owns_client = True
+        elif isinstance(redis, redis_lib.Redis | redis_lib.RedisCluster):
+            self._client, self._owns_client = redis, False
+        else:
+            raise ConfigError("QueueCollector needs a redis.Redis or RedisCluster client, or a URL")
+        self._script = script(Op.STATS)
+        self._keys: dict[str, tuple[str, ...]] = {}  # queue name -> its key list
+
+    def close(self) -> None:
+        """Close the Redis client if this collector created it."""
+        if self._owns_client:
+            self._client.close()
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        """The queues a scrape reports: the given ones or the registry's valid names."""
+        if self.queues is not None:
+            return list(self.queues)
+        raw = self._client.smembers(QueueKeys(self.prefix, "x").registry)
+        names = []
+        for value in sorted(v.decode(errors="replace") if isinstance(v, bytes) else v for v in raw):
+            try:
+                names.append(QueueKeys(self.prefix, value).name)
+            except ConfigError:
+                log.debug("delayq exporter: skipping invalid queue name %r", value)
+        return names
+
+    def read(self) -> list[Stats]:
+        """The stats of every reported queue, in one pipelined round trip (raises RedisError)."""
+        names = self.names()
+        if not names:
+            return []
+        replies = self._round(names)
+        if any(isinstance(r, NoScriptError) for r in replies):
+            # First scrape after a restart or SCRIPT FLUSH: load once, then ask again.
+            self._client.script_load(self._script.source)
+            replies = self._round(names)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return [stats_of(name, reply) for name, reply in zip(names, replies, strict=True)]
+
+    def _round(self, names: Sequence[str]) -> list[Any]:
+        calls = [
+            (self._script.sha, len(keys), *keys, self._overdue_ms)
+            for keys in (
+                self._keys.get(n) or self._keys.setdefault(n, self._key_list(n)) for n in names
+            )
+        ]
+        if isinstance(self._client, redis_lib.RedisCluster):
+            # redis-py refuses EVALSHA in cluster pipelines: one call per queue, each routed
+            # to the node of the queue's slot.
+            return [self._one(call) for call in calls]
+        pipe = self._client.pipeline(transaction=False)
+        for call in calls:
+            pipe.evalsha(*call)
+        return list(pipe.execute(raise_on_error=False))
+
+    def _one(self, call: tuple[Any, ...]) -> Any:
+        try:
+            return self._client.evalsha(*call)
+        except NoScriptError as exc:
+            return exc
+
+    def _key_list(self, name: str) -> tuple[str, ...]:
+        if len(self._keys) > 10_000:  # names come and go; never grow without bound
+            self._keys.clear()
+        return QueueKeys(self.prefix, name).all
+
+    # -- prometheus -------------------------------------------------------------------------
+
+    def snapshot(self) -> tuple[list[Stats], bool, float]:
+        """One scrape's reading: the stats, whether Redis answered, and the seconds it took."""
+        started = time.perf_counter()
+        try:
+            rows, up = self.read(), True
+        except (RedisError, OSError) as exc:
+            log.warning("delayq exporter: cannot read queue stats from Redis: %s", exc)
+            rows, up = [], False
+        return rows, up, time.perf_counter() - started
+
+    def describe(self) -> Iterator[Metric]:
+        # Without describe() the registry would call collect() (and Redis) on registration.
+        for name, kind, text in FAMILIES:
+            yield Metric(name, text, kind)
+
+    def collect(self) -> Iterator[Metric]:
+        """The metrics as prometheus-client objects (when registered on a registry)."""
+        for (name, kind, text), samples in zip(FAMILIES, grouped(*self.snapshot()), strict=True):
+            family = Metric(name, text, kind)
+            for sample, labels, value in samples:
+                family.add_sample(sample, dict(labels), value)
+            yield family
+
+    def render(self) -> str:
+        """The metrics in the Prometheus text format, written directly: one scrape of many
+        queues is thousands of samples, and prometheus-client's generic exposition of them
+        costs several times the Redis round (see bench/exporter.py)."""
+        out: list[str] = []
+        for (name, kind, text), samples in zip(FAMILIES, grouped(*self.snapshot()), strict=True):
+            if kind == "counter":
+                name += "_total"  # text format 0.0.4 names counters by their samples
+            out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
+            for sample, labels, value in samples:
+                if labels:
+                    pairs = ",".join(f'{k}="{v}"' for k, v in labels)
+                    out.append(f"{sample}{{{pairs}}} {_number(value)}\n")
+                else:
+                    out.append(f"{sample} {_number(value)}\n")
+        return "".join(out)
+
+
+Labels = tuple[tuple[str, str], ...]
+
+# (name, type, help) of every family, in exposition order. Counter names lack the "_total"
+# that their samples carry, as the text format wants.
+FAMILIES: tuple[tuple[str, str, str], ...] = (
+    ("delayq_tasks", "gauge", "Tasks stored, by state."),
+    ("delayq_overdue_tasks", "gauge", "Due tasks waiting longer than overdue_after."),
+    (
+        "delayq_oldest_overdue_age_seconds",
+        "gauge",
+        "How long the oldest due task has waited to be taken; 0 if none is due.",
+    ),
+    (
+        "delayq_next_due_timestamp_seconds",
+        "gauge",
+        "Unix time the next not-yet-due task falls due (absent when none).",
+    ),
+    (
+        "delayq_consumer_last_seen_timestamp_seconds",
+        "gauge",
+        "Unix time a consumer last fetched from the queue (absent when never).",
+    ),
+    *((f"delayq_{name}", "counter", text) for name, text in COUNTERS.items()),
+    (
+        "delayq_delivery_lateness_seconds",
+        "histogram",
+        "Delivery time minus due time of every delivery, on Redis's clock, all consumers.",
+    ),
+    ("delayq_exporter_up", "gauge", "1 if Redis answered this scrape, else 0."),
+    (
+        "delayq_exporter_scrape_duration_seconds",
+        "gauge",
+        "Time this scrape spent reading queue stats from Redis.",
+    ),
+)
+
+
+def grouped(
+    rows: Sequence[Stats], up: bool, seconds: float
+) -> list[list[tuple[str, Labels, float]]]:
+    """The samples of each family of :data:`FAMILIES` (same order): (name, labels, value)."""
+    out: list[list[tuple[str, Labels, float]]] = [[] for _ in FAMILIES]
+    tasks, overdue, oldest, next_due, seen, *counters, lateness, up_, duration = out
+    for stats in rows:
+        q = (("queue", stats.queue),)
+        for state in STATES:
+            tasks.append(("delayq_tasks", (*q, ("state", state)), getattr(stats, state)))
+        overdue.append(("delayq_overdue_tasks", q, stats.overdue))
+        oldest.append(("delayq_oldest_overdue_age_seconds", q, stats.oldest_overdue_age))
+        if stats.next_due_at is not None:
+            next_due.append(("delayq_next_due_timestamp_seconds", q, stats.next_due_at.timestamp()))
+        if stats.consumer_seen_at is not None:
+            seen.append(
+                (
+                    "delayq_consumer_last_seen_timestamp_seconds",
+                    q,
+                    stats.consumer_seen_at.timestamp(),
+                )
+            )
+        for samples, field in zip(counters, COUNTERS, strict=True):
+            samples.append((f"delayq_{field}_total", q, stats.counters.get(field, 0)))
+        running = 0
+        for bound in sorted(stats.lateness):
+            running += stats.lateness[bound]
+            le = (("le", "+Inf" if math.isinf(bound) else repr(float(bound))),)
+            lateness.append(("delayq_delivery_lateness_seconds_bucket", (*q, *le), running))
+        if not stats.lateness or not math.isinf(max(stats.lateness)):
+            lateness.append(
+                ("delayq_delivery_lateness_seconds_bucket", (*q, ("le", "+Inf")), running)
+            )
+        lateness.append(("delayq_delivery_lateness_seconds_count", q, running))
+        lateness.append(("delayq_delivery_lateness_seconds_sum", q, stats.lateness_sum))
+    up_.append(("delayq_exporter_up", (), 1 if up else 0))
+    duration.append(("delayq_exporter_scrape_duration_seconds", (), seconds))
+    return out
+
+
+def _number(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
