@@ -1,0 +1,178 @@
+"""In-memory history of the queues for the charts: samples, per-bin deltas, quantiles, health.
+
+Pure code (no Redis, no clock of its own). The sampler adds one :class:`Sample` per queue
+every few seconds; a bounded ring buffer keeps the last hour. Counters are lifetime totals in
+Redis, so throughput and lateness per bin are deltas between consecutive samples; a counter
+that went down (keys deleted) restarts from zero instead of making a negative rate.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .. import Stats
+
+CONSUMER_GRACE_S = 30.0  # overdue with no consumer (or no delivery) for this long = stuck
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """What the charts need from one ``stats()`` reading, taken at ``t`` (epoch seconds)."""
+
+    t: float
+    delivered: int
+    acked: int
+    lateness: Mapping[float, int]  # bucket upper bound s -> lifetime count (non-cumulative)
+
+
+def sample_of(stats: Stats, t: float) -> Sample:
+    """The :class:`Sample` of a stats reading."""
+    counters = stats.counters
+    return Sample(
+        t, int(counters.get("delivered", 0)), int(counters.get("acked", 0)), dict(stats.lateness)
+    )
+
+
+@dataclass(slots=True)
+class Bin:
+    """Deltas that ended within one time bin; ``covered_s`` is the time those deltas span."""
+
+    start: float
+    covered_s: float = 0.0
+    delivered: int = 0
+    acked: int = 0
+    lateness: dict[float, int] = field(default_factory=dict)
+
+    def add(self, other: Bin) -> None:
+        self.covered_s = max(self.covered_s, other.covered_s)
+        self.delivered += other.delivered
+        self.acked += other.acked
+        for bound, count in other.lateness.items():
+            self.lateness[bound] = self.lateness.get(bound, 0) + count
+
+    def per_minute(self, count: int) -> float | None:
+        """``count`` as a rate per minute over the covered time; None without data."""
+        return None if self.covered_s <= 0 else count * 60.0 / self.covered_s
+
+    def quantile_ms(self, q: float) -> float | None:
+        value = quantile(q, self.lateness)
+        return None if value is None else value * 1000
+
+
+def _delta(new: int, old: int) -> int:
+    return new - old if new >= old else new  # a reset counter counts from zero
+
+
+def quantile(q: float, buckets: Mapping[float, int]) -> float | None:
+    """The ``q`` quantile of a histogram of non-cumulative bucket counts keyed by upper bound,
+    interpolated linearly inside its bucket (as Prometheus does); None if it is empty. Values
+    in the open last bucket (bound ``inf``) are reported as the last finite bound."""
+    total = sum(buckets.values())
+    if total <= 0:
+        return None
+    rank, seen, lower = q * total, 0, 0.0
+    for bound in sorted(buckets):
+        count = buckets[bound]
+        if count > 0 and seen + count >= rank:
+            if math.isinf(bound):
+                return lower
+            return lower + (bound - lower) * max(rank - seen, 0) / count
+        seen += count
+        if not math.isinf(bound):
+            lower = bound
+    return lower
+
+
+class History:
+    """The last ``window_s`` seconds of samples per queue, in memory only."""
+
+    def __init__(self, window_s: float = 3600.0, interval_s: float = 5.0) -> None:
+        self.window_s = window_s
+        self._maxlen = math.ceil(window_s / interval_s) + 2
+        self._series: dict[str, deque[Sample]] = {}
+
+    def add(self, queue: str, sample: Sample) -> None:
+        series = self._series.setdefault(queue, deque(maxlen=self._maxlen))
+        series.append(sample)
+        while series and series[0].t < sample.t - self.window_s - 1:
+            series.popleft()
+
+    def keep_only(self, queues: Iterable[str]) -> None:
+        """Forget queues that are no longer registered."""
+        wanted = set(queues)
+        for name in [n for n in self._series if n not in wanted]:
+            del self._series[name]
+
+    def samples(self, queue: str) -> list[Sample]:
+        return list(self._series.get(queue, ()))
+
+    @property
+    def queues(self) -> list[str]:
+        return sorted(self._series)
+
+    def since(self) -> float | None:
+        """When the oldest sample kept was taken."""
+        firsts = [s[0].t for s in self._series.values() if s]
+        return min(firsts) if firsts else None
+
+    def bins(self, queue: str, now: float, bin_s: float = 60.0) -> list[Bin]:
+        """Deltas of ``queue`` per ``bin_s`` over the window ending at ``now``, oldest first."""
+        return bins_of(self.samples(queue), now, self.window_s, bin_s)
+
+    def total_bins(self, now: float, bin_s: float = 60.0) -> list[Bin]:
+        """The bins of every queue added up."""
+        total = [Bin(b.start) for b in bins_of([], now, self.window_s, bin_s)]
+        for name in self._series:
+            for acc, b in zip(total, self.bins(name, now, bin_s), strict=True):
+                acc.add(b)
+        return total
+
+    def delivered_since(self, queue: str, seconds: float) -> int | None:
+        """Deliveries in about the last ``seconds``, or None if the history is shorter."""
+        series = self._series.get(queue)
+        if not series or series[-1].t - series[0].t < seconds:
+            return None
+        last = series[-1]
+        for s in reversed(series):
+            if last.t - s.t >= seconds:
+                return _delta(last.delivered, s.delivered)
+        return None
+
+
+def bins_of(samples: Sequence[Sample], now: float, window_s: float, bin_s: float) -> list[Bin]:
+    count = max(1, round(window_s / bin_s))
+    start = now - count * bin_s
+    bins = [Bin(start + i * bin_s) for i in range(count)]
+    for old, new in itertools.pairwise(samples):
+        i = math.floor((new.t - start) / bin_s)
+        if not 0 <= i < count or new.t <= old.t:
+            continue
+        b = bins[i]
+        b.covered_s += new.t - old.t
+        b.delivered += _delta(new.delivered, old.delivered)
+        b.acked += _delta(new.acked, old.acked)
+        for bound, value in new.lateness.items():
+            d = _delta(value, old.lateness.get(bound, 0))
+            if d:
+                b.lateness[bound] = b.lateness.get(bound, 0) + d
+    return bins
+
+
+def health(
+    stats: Stats, server_now: datetime, history: History, grace_s: float = CONSUMER_GRACE_S
+) -> str:
+    """``ok``; ``late`` (overdue tasks, consumers at work); or ``stuck``: overdue tasks and no
+    consumer fetched for ``grace_s``, or none was delivered during the last ``grace_s``."""
+    if stats.overdue <= 0:
+        return "ok"
+    seen = stats.consumer_seen_at
+    if seen is None or (server_now - seen).total_seconds() > grace_s:
+        return "stuck"
+    if history.delivered_since(stats.queue, grace_s) == 0:
+        return "stuck"
+    return "late"
