@@ -75,3 +75,27 @@ async def test_async_queue_on_cluster(cluster: EmbeddedCluster, prefix: str) -> 
     finally:
         await q.close()
         await client.aclose()
+
+
+def test_bulk_offers_spanning_chunks_on_a_cluster(
+    cluster_client: RedisCluster, cluster: EmbeddedCluster, prefix: str
+) -> None:
+    q = DelayQueue("bulk", cluster_client, prefix=prefix)
+    n = 2_500  # three chunks: the later ones go pipelined where the client allows it
+    ids = q.offer_many([(i, 60) for i in range(n)])
+    assert len(set(ids)) == n and q.stats().delayed == n
+    info = q.get(ids[-1])
+    assert info is not None and info.payload == n - 1
+
+
+async def test_async_bulk_offers_spanning_chunks_on_a_cluster(
+    cluster: EmbeddedCluster, prefix: str
+) -> None:
+    client = AsyncRedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    q = AsyncDelayQueue("bulk-async", client, prefix=prefix)
+    try:
+        ids = await q.offer_many([(i, 60) for i in range(2_500)])
+        assert len(set(ids)) == 2_500 and (await q.stats()).delayed == 2_500
+    finally:
+        await q.close()
+        await client.aclose()

@@ -55,6 +55,11 @@ def connect(redis: object, client_name: str, timeout_s: float) -> tuple[Any, boo
     return redis, False
 
 
+def pipelines_scripts(client: Any) -> bool:
+    """Whether ``client`` sends EVALSHA in pipelines (redis-py's cluster clients refuse to)."""
+    return not isinstance(client, aioredis.RedisCluster)
+
+
 class _HiredisPackConnection(aioredis.Connection):
     """redis.asyncio packs commands in pure Python, re-copying the buffer for every argument:
     a 4,000-argument batch took milliseconds. The sync client's hiredis packer does it in C."""

@@ -49,6 +49,11 @@ def connect(redis: object, client_name: str, timeout_s: float) -> tuple[Any, boo
     return redis, False
 
 
+def pipelines_scripts(client: Any) -> bool:
+    """Whether ``client`` sends EVALSHA in pipelines (redis-py's cluster clients refuse to)."""
+    return not isinstance(client, redis_lib.RedisCluster)
+
+
 def close_client(client: Any) -> None:
     client.close()
 

@@ -267,7 +267,10 @@ class DelayQueue:
         replies = [self._run(Op.OFFER, protocol.offer_args(mode, chunks[0]))]
         if len(chunks) > 1:
             rest = [protocol.offer_args(mode, chunk) for chunk in chunks[1:]]
-            replies += self._run_pipelined(Op.OFFER, rest)
+            if backend.pipelines_scripts(self._redis):
+                replies += self._run_pipelined(Op.OFFER, rest)
+            else:  # redis-py refuses scripts in cluster pipelines
+                replies += [self._run(Op.OFFER, args) for args in rest]
         return [task_id for reply in replies for task_id, _ in protocol.parse_offer(reply)]
 
     def _spec(self, item: Offer | tuple[Any, Duration | None], new_id: str) -> OfferSpec:
