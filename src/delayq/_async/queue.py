@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
@@ -98,6 +98,16 @@ class AsyncTask:
         return await self._queue().extend(self, seconds)
 
 
+class _Quiet(NamedTuple):
+    """What an empty look at Redis found: nothing due before ``wake_at`` (monotonic), unless
+    the notifier has news after ``mark``."""
+
+    mark: int
+    wake_at: float
+    fetched_at: float
+    result: FetchResult
+
+
 class AsyncDelayQueue:
     """A delayed queue on Redis: tasks are delivered at their due time to one consumer each.
 
@@ -112,7 +122,10 @@ class AsyncDelayQueue:
         retry_backoff: delay policy for retries and expired leases.
         ack: True for at-least-once with leases; False for at-most-once (take removes).
         dedup: default behaviour of ``offer(key=...)``: ``"keep"`` or ``"replace"``.
-        safety_interval: longest sleep between looks at Redis when no message arrives.
+        safety_interval: longest sleep between looks at Redis when no message arrives. Every
+            change that makes a task due earlier is announced on the queue's channel, and a
+            reconnect of the listener triggers a look, so this only bounds the cost of a lost
+            message; an idle consumer makes one script call per interval.
         reconnect_timeout: how long a call keeps retrying a lost connection before it raises
             :class:`RedisUnavailable` (``take`` retries for ever).
         max_payload_bytes: limit on an encoded task.
@@ -132,7 +145,7 @@ class AsyncDelayQueue:
         retry_backoff: Backoff | None = None,
         ack: bool = True,
         dedup: str = "keep",
-        safety_interval: Duration = 1.0,
+        safety_interval: Duration = 10.0,
         reconnect_timeout: Duration = 10.0,
         max_payload_bytes: int = 1 << 20,
         overdue_after: Duration = 1.0,
@@ -172,6 +185,7 @@ class AsyncDelayQueue:
             redis, f"delayq:{name}", min(max(self._reconnect_s, 0.5), 5.0)
         )
         self._notifier = backend.Notifier(self._redis, self._keys.channel)
+        self._quiet: _Quiet | None = None
         self._registered = False
         self._closed = False
 
@@ -453,43 +467,62 @@ class AsyncDelayQueue:
         deadline = None if timeout is None else backend.monotonic() + timeout
         await self._notifier.start()
         while True:
-            mark = self._notifier.mark()
-            sent_at = backend.monotonic()
-            args = protocol.fetch_args(self._policy, count, self._receipt_ms)
-            result = await self._run(
-                Op.FETCH,
-                args,
-                deadline=deadline,
-                parse=True,
-                keys=(*self._key_list, self._keys.receipt("fetch", args[2])),
-            )
-            # The server read its clock about halfway through the round trip: plan from there.
-            received_at = backend.monotonic()
-            fetched_at = (
-                (sent_at + received_at) / 2 if received_at - sent_at < 0.05 else received_at
-            )
-            tasks = await self._accept(result)
-            if tasks:
-                return tasks
-            if result.tasks:
-                continue  # every one was undecodable and is dead-lettered: look again now
-            wake_at = fetched_at + self._safety_s
-            if result.next_wake_ms is not None:
-                wake_at = min(wake_at, fetched_at + result.seconds_until(result.next_wake_ms))
-            if deadline is not None:
-                if backend.monotonic() >= deadline:
+            quiet, now = self._quiet, backend.monotonic()
+            if (
+                quiet is not None
+                and now < quiet.wake_at
+                and (deadline is None or now < deadline)  # a timeout of 0 means "look now"
+                and self._notifier.mark() == quiet.mark
+            ):
+                # An earlier look found nothing due before wake_at, and no message came since:
+                # looking again now would only cost Redis a script call.
+                mark, wake_at, fetched_at, result = quiet
+            else:
+                mark = self._notifier.mark()
+                sent_at = backend.monotonic()
+                args = protocol.fetch_args(self._policy, count, self._receipt_ms)
+                result = await self._run(
+                    Op.FETCH,
+                    args,
+                    deadline=deadline,
+                    parse=True,
+                    keys=(*self._key_list, self._keys.receipt("fetch", args[2])),
+                )
+                # The server read its clock about halfway through the round trip: plan from
+                # there.
+                received_at = backend.monotonic()
+                fetched_at = (
+                    (sent_at + received_at) / 2 if received_at - sent_at < 0.05 else received_at
+                )
+                self._quiet = None
+                tasks = await self._accept(result)
+                if tasks:
+                    return tasks
+                if result.tasks:
+                    continue  # every one was undecodable and is dead-lettered: look again now
+                wake_at = fetched_at + self._safety_s
+                if result.next_wake_ms is not None:
+                    wake_at = min(wake_at, fetched_at + result.seconds_until(result.next_wake_ms))
+                self._quiet = _Quiet(mark, wake_at, fetched_at, result)
+                if deadline is not None and backend.monotonic() >= deadline:
                     return []
-                wake_at = min(wake_at, deadline)
             # Sleep until the earliest due time, moving the alarm earlier when a message
             # announces an earlier task; any doubt means look at Redis again.
-            while (remaining := wake_at - backend.monotonic()) > 0:
+            until = wake_at if deadline is None else min(wake_at, deadline)
+            while (remaining := until - backend.monotonic()) > 0:
                 news = await self._notifier.wait(mark, remaining)
                 if news is None:
                     break
                 mark, due_ms = news
                 if due_ms is None:
+                    wake_at = until = backend.monotonic()
                     break
                 wake_at = min(wake_at, fetched_at + result.seconds_until(due_ms))
+                until = min(until, wake_at)
+            if backend.monotonic() < wake_at:  # the caller's timeout ran out first
+                self._quiet = _Quiet(mark, wake_at, fetched_at, result)
+                return []
+            self._quiet = None
 
     async def _accept(self, result: FetchResult) -> list[AsyncTask]:
         tasks = []

@@ -15,6 +15,7 @@ from typing import Any
 from .._async.queue import AsyncDelayQueue, AsyncTask
 from .._core.handling import Verdict, outcome_of
 from .._core.models import Backoff
+from .._core.protocol import MAX_BATCH
 from ..exceptions import DelayqError, LeaseLost
 from ..metrics._base import WorkerRecorder
 from .common import (
@@ -138,7 +139,9 @@ class AsyncWorker(WorkerBase):
                 await self._wait_for_space()
                 continue
             try:
-                tasks = await queue.poll_many(space, timeout=min(queue._safety_s, 0.5))
+                tasks = await queue.poll_many(
+                    min(space, MAX_BATCH), timeout=min(queue._safety_s, 0.5)
+                )
                 backoff = 0.05
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die
                 self._counters.redis_errors += 1
