@@ -14,7 +14,10 @@
 -- plain task takes a shorter path.
 local mode = ARGV[1]
 local n = (#ARGV - 1) / 4
-local now = now_ms()
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+-- A positive delay counts from the next whole ms: never due before the server's now + delay.
+local later = now + ((tonumber(clock[2]) % 1000 > 0) and 1 or 0)
 local old_head = head_score(K_DELAYED)
 local new_min = nil
 local created = 0
@@ -26,7 +29,7 @@ local seen = {}
 if n == 1 and ARGV[5] == '' then
   local id, due_arg = ARGV[2], ARGV[3]
   local due = tonumber(string.sub(due_arg, 2))
-  if string.byte(due_arg, 1) == 100 then due = now + due end
+  if string.byte(due_arg, 1) == 100 then due = (due > 0 and later or now) + due end
   if redis.call('HSETNX', K_TASKS, id, ARGV[4]) == 0 then return {id, 0} end
   local s = score(due, 9)
   redis.call('ZADD', K_DELAYED, fmt(s), id)
@@ -67,7 +70,7 @@ for i = 0, n - 1 do
   local base = 2 + i * 4
   local id, due_arg, envelope, options = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
   local due = tonumber(string.sub(due_arg, 2))
-  if string.byte(due_arg, 1) == 100 then due = now + due end  -- 'd': relative
+  if string.byte(due_arg, 1) == 100 then due = (due > 0 and later or now) + due end  -- 'd': relative
   local slot, key_ttl, ttl, key = 9, 0, 0, ''
   if options ~= '' then
     local p, kt, t, k = string.match(options, '^(%d)|(%d+)|(%d+)|(.*)$')

@@ -9,7 +9,9 @@ if redis.call('HSETNX', KEYS[2], id, ARGV[3]) == 0 then return {id, 0} end
 local t = redis.call('TIME')
 local due = tonumber(string.sub(due_arg, 2))
 if string.byte(due_arg, 1) == 100 then  -- 'd': relative to the server's clock
-  due = due + tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  -- A positive delay counts from the next whole ms: never due before the server's now + delay.
+  local ms = tonumber(t[2]) / 1000
+  due = due + tonumber(t[1]) * 1000 + (due > 0 and math.ceil(ms) or math.floor(ms))
 end
 local score = due * 10 + 9  -- slot 9: priority 0 (see _lib.lua)
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
