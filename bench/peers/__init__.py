@@ -24,6 +24,7 @@ ORDER = [
     "huey",
     "bullmq-py",
     "bullmq-node",
+    "bare-loop",
 ]
 
 
