@@ -77,11 +77,22 @@ def test_round_trip_with_options(name: str) -> None:
     assert env.type_tag is None
 
 
-def test_json_envelope_is_minimal_readable_json() -> None:
+def test_a_plain_json_payload_is_stored_bare_and_readable() -> None:
     data = codec().encode({"n": 1})
-    assert data.startswith(b"{")
-    assert json.loads(data) == {"p": {"n": 1}}  # version 1 goes unwritten: 6 bytes a task
+    assert data == b'={"n":1}'  # one byte over the payload, still readable in redis-cli
+    assert codec().decode(data).payload == {"n": 1}
     assert ENVELOPE_VERSION == 1
+
+
+def test_the_bare_form_reads_every_json_value_and_typed_payloads() -> None:
+    for payload in ("x", 0, None, [1, {"a": "é"}], {"p": 1}):
+        assert codec().decode(codec().encode(payload)).payload == payload
+    with pytest.raises(DecodeError):
+        codec().decode(b"={not json")
+
+
+def test_the_full_envelope_of_earlier_writes_still_decodes() -> None:
+    assert codec().decode(b'{"p":{"n":1}}').payload == {"n": 1}
 
 
 def test_envelopes_written_with_an_explicit_version_still_decode() -> None:
@@ -93,8 +104,7 @@ def test_envelopes_written_with_an_explicit_version_still_decode() -> None:
 def test_json_envelope_optional_fields_appear_only_when_set() -> None:
     doc = json.loads(codec().encode("x", headers={"h": "1"}, priority=3, key="k"))
     assert doc == {"p": "x", "h": {"h": "1"}, "pr": 3, "k": "k"}
-    doc = json.loads(codec().encode("x", headers={}, priority=0, key=None))
-    assert doc == {"p": "x"}
+    assert codec().encode("x", headers={}, priority=0, key=None) == b'="x"'
 
 
 def test_json_keeps_non_ascii_as_utf8() -> None:

@@ -1,16 +1,17 @@
 """The task envelope: what is stored per task in the ``tasks`` hash (docs/storage.md).
 
 A JSON envelope is an object ``{"p": payload, ...}``; a msgpack envelope is the same map
-packed with msgpack and a ``"c": "msgpack"`` field. Optional fields appear only when set, so
-the common case costs 6 bytes over the payload. ``"v"``, the envelope version, is written only
-from version 2 on: a missing ``"v"`` means 1 (which is also what older releases wrote).
+packed with msgpack and a ``"c": "msgpack"`` field. Optional fields appear only when set. The
+common case, a JSON payload with no headers, priority, key or type, is stored bare: ``=``
+followed by the payload's JSON, one byte over the payload. ``"v"``, the envelope version, is
+written only from version 2 on: a missing ``"v"`` means 1.
 """
 
 from __future__ import annotations
 
 import base64
 import pickle
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -18,6 +19,10 @@ from ..exceptions import DecodeError, EncodeError, PayloadTooLarge
 from .codecs import PayloadType, dump_json, dump_msgpack, load_json, load_msgpack
 
 ENVELOPE_VERSION: Final = 1
+# Marks the bare form: a JSON payload with no option set, stored as b"=" + its JSON (5 bytes
+# less than {"p":...}). "=" cannot start a JSON envelope, and as msgpack it is an int, never
+# an envelope map.
+BARE: Final = b"="
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +54,7 @@ class EnvelopeCodec:
     ) -> bytes:
         plain = not (headers or priority or key is not None)
         if plain and self.codec == "json" and self.payload_type is None:  # the common case
-            return self._checked(b'{"p":' + dump_json(payload) + b"}")
+            return self._checked(BARE + dump_json(payload))
         doc: dict[str, Any] = {}
         if self.payload_type is not None:
             doc["p"] = self.payload_type.dump(payload)
@@ -79,6 +84,18 @@ class EnvelopeCodec:
             data = dump_json(doc)
         return self._checked(data)
 
+    def plain_encoder(self) -> Callable[[Any], bytes]:
+        """``encode`` for payloads with no options, as one call (bulk offers use it)."""
+        if self.codec != "json" or self.payload_type is not None:
+            return self.encode
+        limit = self.max_bytes
+
+        def encode_bare(payload: Any) -> bytes:
+            data = BARE + dump_json(payload)
+            return data if len(data) <= limit else self._checked(data)
+
+        return encode_bare
+
     def _checked(self, data: bytes) -> bytes:
         if len(data) > self.max_bytes:
             raise PayloadTooLarge(
@@ -88,6 +105,11 @@ class EnvelopeCodec:
         return data
 
     def decode(self, data: bytes) -> Envelope:
+        if data[:1] == BARE:
+            payload = load_json(data[1:])
+            if self.payload_type is not None:
+                payload = self.payload_type.load(payload, 1)
+            return Envelope(payload)
         doc = load_json(data) if data[:1] == b"{" else load_msgpack(data)
         if not isinstance(doc, dict) or "p" not in doc:
             raise DecodeError("stored task is not a delayq envelope")
