@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
@@ -28,7 +28,7 @@ from .._core.models import (
     TaskState,
     to_datetime,
 )
-from .._core.offers import Offer, build_offer, build_plain_offer
+from .._core.offers import Offer, build_offer, build_plain_offer, build_plain_offers
 from .._core.protocol import FetchResult, OfferSpec, Policy, RawTask
 from .._core.scripts import Op, script
 from .._core.timing import Duration, due_spec, duration_ms
@@ -266,7 +266,10 @@ class AsyncDelayQueue:
         # Encode everything first: one bad item raises before anything is written.
         items = list(items)
         ids = protocol.new_task_ids(len(items)) if items else []
-        specs = [self._spec(item, new_id) for item, new_id in zip(items, ids, strict=True)]
+        if all(type(item) is tuple and len(item) == 2 for item in items):  # the common call
+            specs = build_plain_offers(self._codec, cast(list[tuple[Any, Any]], items), ids)
+        else:
+            specs = [self._spec(item, new_id) for item, new_id in zip(items, ids, strict=True)]
         chunks = [
             specs[start : start + protocol.OFFER_CHUNK]
             for start in range(0, len(specs), protocol.OFFER_CHUNK)

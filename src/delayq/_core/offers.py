@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -59,3 +60,14 @@ def build_plain_offer(
         f"d{duration_ms(0 if delay is None else delay)}",
         codec.encode(payload),
     )
+
+
+def build_plain_offers(
+    codec: EnvelopeCodec, items: Sequence[tuple[Any, Any]], ids: Sequence[str]
+) -> list[OfferSpec]:
+    """:func:`build_plain_offer` for a whole bulk call of ``(payload, delay)`` pairs."""
+    encode = codec.plain_encoder()
+    return [
+        OfferSpec(task_id, f"d{duration_ms(0 if delay is None else delay)}", encode(payload))
+        for (payload, delay), task_id in zip(items, ids, strict=True)
+    ]

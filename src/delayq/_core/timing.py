@@ -19,7 +19,9 @@ Duration = float | int | timedelta
 def duration_ms(value: object, what: str = "delay", *, allow_zero: bool = True) -> int:
     """Seconds (int/float) or a timedelta as whole milliseconds, rounded up."""
     if type(value) is int and 0 <= value <= _MAX_DELAY_S and (value or allow_zero):
-        return value * 1000  # the common case, checked without the general path's work
+        return value * 1000  # the common cases, checked without the general path's work
+    if type(value) is float and 0.0 < value <= _MAX_DELAY_S:  # NaN fails the comparison
+        return math.ceil(value * 1000)
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
