@@ -24,7 +24,11 @@ def _version() -> str:
 
 class DelayqThreads(Contestant):
     name = "delayq"
-    settings = "defaults (`delayq worker`: thread Worker, concurrency 8, visibility timeout 30 s)"
+    settings = (
+        "defaults (`delayq worker`: thread Worker, concurrency 8, prefetch 32) except the "
+        "visibility timeout: 10 s in the full run, 1 s in the smoke run (default 30 s), to keep "
+        "the crash scenario short"
+    )
     target = "bench.peers.delayq_app:handle"
 
     def version(self) -> str:
@@ -56,7 +60,7 @@ class DelayqThreads(Contestant):
     def worker_argv(self, url: str, queue: str, sink: str, hold: bool) -> list[str]:
         argv = [python(), "-m", "delayq.cli", "worker", self.target,
                 "--queue", queue, "--redis", url, "--log-level", "WARNING"]  # fmt: skip
-        visibility = os.environ.get("BENCH_DELAYQ_VISIBILITY")  # set by `--smoke` only
+        visibility = os.environ.get("BENCH_DELAYQ_VISIBILITY")  # set by bench/__main__.py
         if visibility:
             argv += ["--visibility-timeout", visibility]
         return with_bench_env(url, queue, sink, hold, argv)
@@ -66,7 +70,8 @@ class DelayqAsync(DelayqThreads):
     name = "delayq-async"
     settings = (
         "defaults (`delayq worker` with an `async def` handler: AsyncWorker, concurrency 8, "
-        "visibility timeout 30 s); enqueue with AsyncDelayQueue"
+        "prefetch 32) except the visibility timeout: 10 s in the full run, 1 s in the smoke "
+        "run (default 30 s); enqueue with AsyncDelayQueue"
     )
     target = "bench.peers.delayq_app:handle_async"
 
