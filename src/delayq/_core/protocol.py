@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 from ..exceptions import InvalidTaskError
-from .models import DedupMode
+from .models import DedupMode, Stats, to_datetime
 
 # Base64 re-lettered with an ASCII-sorted alphabet, so ids sort like the numbers they encode:
 # same-millisecond ties among one process's tasks come out in offer order.
@@ -281,6 +281,26 @@ def parse_stats(reply: Sequence[Any]) -> dict[str, Any]:
         "next_due_ms": None if next_due < 0 else next_due,
         "counters": counters,
     }
+
+
+def stats_from_reply(name: str, reply: Sequence[Any]) -> Stats:
+    """The :class:`Stats` of queue ``name`` from one reply of the ``stats`` script."""
+    raw = parse_stats(reply)
+    oldest = raw["oldest_due_ms"]
+    return Stats(
+        queue=name,
+        delayed=raw["delayed"],
+        ready=raw["ready"],
+        inflight=raw["inflight"],
+        dead=raw["dead"],
+        overdue=raw["overdue"],
+        oldest_overdue_age=0.0 if oldest is None else (raw["now_ms"] - oldest) / 1000,
+        next_due_at=to_datetime(raw["next_due_ms"]),
+        counters=raw["counters"],
+        lateness=raw["lateness"],
+        lateness_sum=raw["lateness_sum"],
+        consumer_seen_at=to_datetime(raw["seen_ms"]),
+    )
 
 
 def parse_dead(reply: Sequence[Any]) -> list[tuple[str, int, int, str | None, bytes]]:

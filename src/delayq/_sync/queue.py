@@ -395,22 +395,7 @@ class DelayQueue:
 
     def stats(self) -> Stats:
         """Counts per state, read atomically, and the queue's lifetime counters."""
-        raw = protocol.parse_stats(self._run(Op.STATS, [self._overdue_ms]))
-        oldest = raw["oldest_due_ms"]
-        return Stats(
-            queue=self.name,
-            delayed=raw["delayed"],
-            ready=raw["ready"],
-            inflight=raw["inflight"],
-            dead=raw["dead"],
-            overdue=raw["overdue"],
-            oldest_overdue_age=0.0 if oldest is None else (raw["now_ms"] - oldest) / 1000,
-            next_due_at=to_datetime(raw["next_due_ms"]),
-            counters=raw["counters"],
-            lateness=raw["lateness"],
-            lateness_sum=raw["lateness_sum"],
-            consumer_seen_at=to_datetime(raw["seen_ms"]),
-        )
+        return protocol.stats_from_reply(self.name, self._run(Op.STATS, [self._overdue_ms]))
 
     def dead(self, limit: int = 100, offset: int = 0) -> list[DeadTask]:
         """Dead-lettered tasks, oldest first, with their last error."""

@@ -17,7 +17,7 @@ from redis.retry import Retry
 
 from .._core import protocol
 from .._core.keys import QueueKeys
-from .._core.models import Stats, to_datetime
+from .._core.models import Stats
 from .._core.scripts import Op, script
 from .._core.timing import duration_ms
 from ..exceptions import ConfigError
@@ -41,24 +41,8 @@ COUNTERS = {
 }
 
 
-def stats_of(name: str, reply: Sequence[Any]) -> Stats:
-    """A :class:`~delayq.Stats` from one reply of the ``stats`` script (as ``stats()`` does)."""
-    raw = protocol.parse_stats(reply)
-    oldest = raw["oldest_due_ms"]
-    return Stats(
-        queue=name,
-        delayed=raw["delayed"],
-        ready=raw["ready"],
-        inflight=raw["inflight"],
-        dead=raw["dead"],
-        overdue=raw["overdue"],
-        oldest_overdue_age=0.0 if oldest is None else (raw["now_ms"] - oldest) / 1000,
-        next_due_at=to_datetime(raw["next_due_ms"]),
-        counters=raw["counters"],
-        lateness=raw["lateness"],
-        lateness_sum=raw["lateness_sum"],
-        consumer_seen_at=to_datetime(raw["seen_ms"]),
-    )
+# A Stats from one reply of the stats script, as the queues' own stats() builds it.
+stats_of = protocol.stats_from_reply
 
 
 class QueueCollector(Collector):
