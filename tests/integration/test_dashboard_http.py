@@ -52,7 +52,7 @@ async def dash(redis7_server: EmbeddedRedis, prefix: str) -> AsyncIterator[Calla
         options.setdefault("redis_url", redis7_server.url)
         app = create_app(Settings(prefix=prefix, **options))
         client = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://testserver"
+            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
         )
         made.append((client, app.state.dashboard))
         return client, app.state.dashboard
@@ -189,7 +189,7 @@ async def test_actions_need_the_csrf_token(queues: Any, dash: Any) -> None:
         assert response.status_code == 403 and "CSRF" in response.text
     assert (await q.get(task_id)) is not None
     # A cookie-less client (another site's forged form) fails even with a token value.
-    async with httpx.AsyncClient(transport=client._transport, base_url="http://x") as other:
+    async with httpx.AsyncClient(transport=client._transport, base_url="http://localhost") as other:
         assert (await other.post("/q/orders/action", data=fields)).status_code == 403
     response = await client.post("/q/orders/action", data=fields)
     assert response.status_code == 303
@@ -331,6 +331,21 @@ async def test_charts_come_from_sampled_history(queues: Any, dash: Any) -> None:
     assert "no data yet" not in html
     assert re.search(r"delivered: [\d,.]+ /min", html) and "<polyline" not in html  # one point
     assert html.count("<circle") >= 2
+
+
+async def test_without_a_token_only_loopback_host_names_are_served(dash: Any) -> None:
+    """A page whose name was rebound to 127.0.0.1 (DNS rebinding) sends its own Host header."""
+    client, _ = dash()
+    assert (await client.get("/")).status_code == 200
+    for host in ("localhost:8080", "127.0.0.1:8080"):
+        assert (await client.get("/", headers={"host": host})).status_code == 200
+    rebound = await client.get("/", headers={"host": "attacker.example:8080"})
+    assert rebound.status_code == 400
+    tokened, _ = dash(token="s3cret")  # with a token the token decides, whatever the name
+    named = await tokened.get(
+        "/", headers={"host": "queues.internal", "authorization": "Bearer s3cret"}
+    )
+    assert named.status_code == 200
 
 
 def test_binding_beyond_loopback_needs_a_token() -> None:

@@ -19,6 +19,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -50,6 +51,13 @@ class Settings:
     bin_s: float = 60.0  # one chart point per bin
     refresh_s: float = 5.0  # the pages reload their figures this often (0: never)
     redis_timeout_s: float = 2.0
+    # Host headers served; None: loopback names only when there is no token. Without it, a web
+    # page could rebind its own name to 127.0.0.1 (DNS rebinding), then read this dashboard and
+    # post its forms as same-origin.
+    allowed_hosts: tuple[str, ...] | None = None
+
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
 
 class Dashboard:
@@ -316,7 +324,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
             Route("/logout", logout, methods=["POST"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
-        middleware=[Middleware(BaseHTTPMiddleware, dispatch=guard)],
+        middleware=[
+            *_host_check(settings),
+            Middleware(BaseHTTPMiddleware, dispatch=guard),
+        ],
         exception_handlers={
             HTTPException: http_error,
             RedisUnavailable: redis_down,
@@ -338,3 +349,10 @@ def safe_url(url: str) -> str:
     scheme, _, creds = head.partition("://")
     user = creds.split(":", 1)[0]
     return f"{scheme}://{user}:***@{host}"
+
+
+def _host_check(settings: Settings) -> list[Middleware]:
+    hosts = settings.allowed_hosts
+    if hosts is None and not settings.token:
+        hosts = LOOPBACK_NAMES
+    return [Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))] if hosts else []
