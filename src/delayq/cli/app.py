@@ -17,7 +17,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
 from typing import Annotated, Any, NoReturn
-from urllib.parse import urlsplit, urlunsplit
 
 import redis as redis_lib
 import typer
@@ -29,6 +28,7 @@ from rich.console import Console
 from .. import DelayqError, DelayQueue, TaskState
 from .._core.keys import QueueKeys
 from .._core.scripts import Op
+from .._core.urls import safe_url
 from ..exceptions import ConfigError
 from . import parse, render
 
@@ -76,19 +76,6 @@ DelayOpt = Annotated[
     str | None, typer.Option("--delay", "-d", help="Delay: 30s, 5m, 1h30m, 250ms or seconds.")
 ]
 AtOpt = Annotated[str | None, typer.Option("--at", help="Due time, ISO 8601 with a timezone.")]
-
-
-def safe_url(url: str) -> str:
-    """``url`` with its password masked, for messages."""
-    try:
-        parts = urlsplit(url)
-        if parts.password:
-            host = parts.netloc.rpartition("@")[2]
-            user = parts.username or ""
-            return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-    except ValueError:
-        pass
-    return url
 
 
 def bad(message: str) -> NoReturn:

@@ -28,6 +28,7 @@ from starlette.templating import Jinja2Templates
 
 from .. import TaskState
 from .._core.keys import validate_name
+from .._core.urls import safe_url
 from ..exceptions import ConfigError, InvalidTaskError, RedisUnavailable, ServerError
 from . import charts, security, views
 from .monitor import Monitor
@@ -339,16 +340,6 @@ def create_app(settings: Settings | None = None) -> Starlette:
     )
     app.state.dashboard = board
     return app
-
-
-def safe_url(url: str) -> str:
-    """``url`` with any password masked."""
-    head, at, host = url.rpartition("@")
-    if not at:
-        return url
-    scheme, _, creds = head.partition("://")
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}"
 
 
 def _host_check(settings: Settings) -> list[Middleware]:
