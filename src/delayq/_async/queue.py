@@ -283,10 +283,7 @@ class AsyncDelayQueue:
         replies = [await self._run(Op.OFFER, protocol.offer_args(mode, chunks[0]))]
         if len(chunks) > 1:
             rest = [protocol.offer_args(mode, chunk) for chunk in chunks[1:]]
-            if backend.pipelines_scripts(self._redis):
-                replies += await self._run_pipelined(Op.OFFER, rest)
-            else:  # redis-py refuses scripts in cluster pipelines
-                replies += [await self._run(Op.OFFER, args) for args in rest]
+            replies += await self._run_pipelined(Op.OFFER, rest)
         return [task_id for reply in replies for task_id, _ in protocol.parse_offer(reply)]
 
     def _spec(self, item: Offer | tuple[Any, Duration | None], new_id: str) -> OfferSpec:
@@ -656,6 +653,8 @@ class AsyncDelayQueue:
     async def _run_pipelined(self, op: Op, arg_lists: list[list[Any]]) -> list[Any]:
         """Run a script once per argument list in one pipeline; Redis runs them in order.
         Resending after a lost connection is safe for the same reasons as in :meth:`_run`."""
+        if not backend.pipelines_scripts(self._redis):  # redis-py refuses them on a cluster
+            return [await self._run(op, args) for args in arg_lists]
         entry, keys = script(op), self._key_list
 
         async def attempt() -> list[Any]:

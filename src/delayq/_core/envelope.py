@@ -54,7 +54,7 @@ class EnvelopeCodec:
     ) -> bytes:
         plain = not (headers or priority or key is not None)
         if plain and self.codec == "json" and self.payload_type is None:  # the common case
-            return self._checked(BARE + dump_json(payload))
+            return self._bare(payload)
         doc: dict[str, Any] = {}
         if self.payload_type is not None:
             doc["p"] = self.payload_type.dump(payload)
@@ -88,13 +88,10 @@ class EnvelopeCodec:
         """``encode`` for payloads with no options, as one call (bulk offers use it)."""
         if self.codec != "json" or self.payload_type is not None:
             return self.encode
-        limit = self.max_bytes
+        return self._bare
 
-        def encode_bare(payload: Any) -> bytes:
-            data = BARE + dump_json(payload)
-            return data if len(data) <= limit else self._checked(data)
-
-        return encode_bare
+    def _bare(self, payload: Any) -> bytes:
+        return self._checked(BARE + dump_json(payload))
 
     def _checked(self, data: bytes) -> bytes:
         if len(data) > self.max_bytes:

@@ -284,10 +284,7 @@ class DelayQueue:
         replies = [self._run(Op.OFFER, protocol.offer_args(mode, chunks[0]))]
         if len(chunks) > 1:
             rest = [protocol.offer_args(mode, chunk) for chunk in chunks[1:]]
-            if backend.pipelines_scripts(self._redis):
-                replies += self._run_pipelined(Op.OFFER, rest)
-            else:  # redis-py refuses scripts in cluster pipelines
-                replies += [self._run(Op.OFFER, args) for args in rest]
+            replies += self._run_pipelined(Op.OFFER, rest)
         return [task_id for reply in replies for task_id, _ in protocol.parse_offer(reply)]
 
     def _spec(self, item: Offer | tuple[Any, Duration | None], new_id: str) -> OfferSpec:
@@ -653,6 +650,8 @@ class DelayQueue:
     def _run_pipelined(self, op: Op, arg_lists: list[list[Any]]) -> list[Any]:
         """Run a script once per argument list in one pipeline; Redis runs them in order.
         Resending after a lost connection is safe for the same reasons as in :meth:`_run`."""
+        if not backend.pipelines_scripts(self._redis):  # redis-py refuses them on a cluster
+            return [self._run(op, args) for args in arg_lists]
         entry, keys = script(op), self._key_list
 
         def attempt() -> list[Any]:

@@ -15,7 +15,6 @@ from typing import Any
 from .._async.queue import AsyncDelayQueue, AsyncTask
 from .._core.handling import Verdict, outcome_of
 from .._core.models import Backoff
-from .._core.protocol import MAX_BATCH
 from ..exceptions import DelayqError, LeaseLost
 from ..metrics._base import WorkerRecorder
 from .common import (
@@ -131,17 +130,15 @@ class AsyncWorker(WorkerBase):
         queue = self._queues[index]
         backoff = 0.05
         while not self._stopping.is_set():
-            space = self._options.slots + self._options.prefetch - buffer.qsize()
-            space -= sum(1 for key in self._running if key[0] == index)
+            running = sum(1 for key in self._running if key[0] == index)
+            space = self._options.room(buffer.qsize() + running)
             if space <= 0:
                 self._counters.last_fetch = time.monotonic()  # full, not stuck
                 self._metrics.heartbeat(queue.name)
                 await self._wait_for_space()
                 continue
             try:
-                tasks = await queue.poll_many(
-                    min(space, MAX_BATCH), timeout=min(queue._safety_s, 0.5)
-                )
+                tasks = await queue.poll_many(space, timeout=min(queue._safety_s, 0.5))
                 backoff = 0.05
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die
                 self._counters.redis_errors += 1

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._core.handling import Counters, Outcome, Verdict, WorkerHealth
+from .._core.protocol import MAX_BATCH
 from ..exceptions import ConfigError
 from ..metrics._base import NOOP, WorkerRecorder
 
@@ -39,6 +40,10 @@ class WorkerOptions:
     timeout: float | None
     grace: float
     health_file: str | None
+
+    def room(self, held: int) -> int:
+        """How many tasks one fetch may ask for while ``held`` wait or run for its queue."""
+        return min(self.slots + self.prefetch - held, MAX_BATCH)
 
     @classmethod
     def build(

@@ -14,7 +14,6 @@ from typing import Any
 
 from .._core.handling import Verdict, outcome_of
 from .._core.models import Backoff
-from .._core.protocol import MAX_BATCH
 from .._sync.queue import DelayQueue, Task
 from ..exceptions import DelayqError, LeaseLost
 from ..metrics._base import WorkerRecorder
@@ -151,7 +150,7 @@ class Worker(WorkerBase):
         while not self._stopping.is_set():
             with self._lock:
                 busy = sum(1 for key in self._running if key[0] == index)
-            space = self._options.slots + self._options.prefetch - buffer.qsize() - busy
+            space = self._options.room(buffer.qsize() + busy)
             if space <= 0:
                 self._counters.last_fetch = time.monotonic()  # full, not stuck
                 self._metrics.heartbeat(queue.name)
@@ -159,7 +158,7 @@ class Worker(WorkerBase):
                 self._space.wait(0.5)
                 continue
             try:
-                tasks = queue.poll_many(min(space, MAX_BATCH), timeout=min(queue._safety_s, 0.5))
+                tasks = queue.poll_many(space, timeout=min(queue._safety_s, 0.5))
                 backoff = 0.05
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die
                 self._counters.redis_errors += 1

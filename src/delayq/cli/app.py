@@ -18,17 +18,15 @@ from contextlib import contextmanager
 from enum import StrEnum
 from typing import Annotated, Any, NoReturn
 
-import redis as redis_lib
 import typer
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
-from redis.retry import Retry
 from rich.console import Console
 
 from .. import DelayqError, DelayQueue, TaskState
 from .._core.keys import QueueKeys
 from .._core.scripts import Op
 from .._core.urls import safe_url
+from .._sync import backend
 from ..exceptions import ConfigError
 from . import parse, render
 
@@ -89,13 +87,7 @@ class Session:
         QueueKeys(prefix, "x")  # validates the prefix
         self.url, self.prefix = url, prefix
         try:
-            self.client = redis_lib.Redis.from_url(
-                url,
-                client_name="delayq-cli",
-                socket_timeout=CALL_TIMEOUT,
-                socket_connect_timeout=CALL_TIMEOUT,
-                retry=Retry(NoBackoff(), 0),
-            )
+            self.client = backend.connect(url, "delayq-cli", CALL_TIMEOUT)[0]
         except ValueError as exc:
             bad(f"--redis: {exc}")
         self.queues: list[DelayQueue] = []

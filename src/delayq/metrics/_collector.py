@@ -11,15 +11,14 @@ from typing import Any
 import redis as redis_lib
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
-from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
-from redis.retry import Retry
 
 from .._core import protocol
 from .._core.keys import QueueKeys
 from .._core.models import Stats
 from .._core.scripts import Op, script
 from .._core.timing import duration_ms
+from .._sync import backend
 from ..exceptions import ConfigError
 
 log = logging.getLogger("delayq.metrics")
@@ -72,19 +71,8 @@ class QueueCollector(Collector):
         self.prefix = prefix
         self.queues = None if queues is None else [QueueKeys(prefix, n).name for n in queues]
         self._overdue_ms = duration_ms(overdue_after, "overdue_after")
-        if redis is None or isinstance(redis, str):
-            self._client: Any = redis_lib.Redis.from_url(
-                redis or "redis://127.0.0.1:6379/0",
-                client_name="delayq-exporter",
-                socket_timeout=timeout,
-                socket_connect_timeout=timeout,
-                retry=Retry(NoBackoff(), 0),
-            )
-            self._owns_client = True
-        elif isinstance(redis, redis_lib.Redis | redis_lib.RedisCluster):
-            self._client, self._owns_client = redis, False
-        else:
-            raise ConfigError("QueueCollector needs a redis.Redis or RedisCluster client, or a URL")
+        self._client: Any
+        self._client, self._owns_client = backend.connect(redis, "delayq-exporter", timeout)
         self._script = script(Op.STATS)
         self._keys: dict[str, tuple[str, ...]] = {}  # queue name -> its key list
 

@@ -13,10 +13,12 @@ local K_DELAYED, K_TASKS, K_INFLIGHT, K_LEASES, K_ATTEMPTS, K_DEAD, K_ERRORS,
 
 local SLOTS = 10
 
--- One clock for everybody: the server's.
+-- One clock for everybody: the server's. Returns now in whole ms and, second, the next whole
+-- ms: a positive delay counts from there, so a task is never due before now + delay.
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return now, now + ((tonumber(t[2]) % 1000 > 0) and 1 or 0)
 end
 
 local function fmt(n) return string.format('%.0f', n) end

@@ -14,10 +14,7 @@
 -- plain task takes a shorter path.
 local mode = ARGV[1]
 local n = (#ARGV - 1) / 4
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
--- A positive delay counts from the next whole ms: never due before the server's now + delay.
-local later = now + ((tonumber(clock[2]) % 1000 > 0) and 1 or 0)
+local now, later = now_ms()
 local old_head = head_score(K_DELAYED)
 local new_min = nil
 local created = 0

@@ -3,10 +3,7 @@
 -- ARGV[1] id   ARGV[2] due kind ('d' = relative ms, 'a' = absolute epoch ms)   ARGV[3] value
 -- Reply: {1, new due ms} when moved; {0, now} when the task is not waiting.
 local id, kind, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
--- A positive delay counts from the next whole ms: never due before the server's now + delay.
-local later = now + ((tonumber(clock[2]) % 1000 > 0) and 1 or 0)
+local now, later = now_ms()
 local old = redis.call('ZSCORE', K_DELAYED, id)
 if not old then return {0, now} end
 local due = value
