@@ -13,7 +13,7 @@ def test_bulk_ids_are_unique_sorted_and_well_formed() -> None:
     ids = protocol.new_task_ids(5000) + protocol.new_task_ids(3) + [protocol.new_task_id()]
     assert len(set(ids)) == len(ids)
     assert ids == sorted(ids)  # ids sort in the order they were made, across batches
-    assert all(len(i) == 16 and i.isascii() for i in ids)
+    assert all(len(i) == 14 and i.isascii() for i in ids)
 
 
 def test_pipelined_chunks_recover_from_a_script_flush_in_order(make_queue, client) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
-from ..exceptions import InvalidTaskError
+from ..exceptions import InvalidTaskError, ServerError
 from .models import DedupMode, Stats, to_datetime
 
 # Base64 re-lettered with an ASCII-sorted alphabet, so ids sort like the numbers they encode:
@@ -22,7 +22,7 @@ _ALPHABET: Final = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvw
 _RELETTER: Final = bytes.maketrans(
     b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", _ALPHABET.encode()
 )
-_counter = itertools.count()
+_counter = itertools.count(random.getrandbits(12))  # processes start apart
 MAX_ID_LEN: Final = 256
 MAX_KEY_LEN: Final = 512
 OFFER_CHUNK: Final = 1000  # tasks per offer script call: keeps each call well under 10 ms
@@ -49,15 +49,18 @@ LATENESS_BUCKETS_MS: Final = (
 )
 
 
+ID_LENGTH: Final = 14
 _id_lock = threading.Lock()
 _last_stamp = 0
 
 
 def new_task_id() -> str:
-    """A 16-character id: 48 bits of ms, a 16-bit process counter, 32 random bits.
+    """A 14-character id: 48 bits of ms, a 12-bit process counter, 24 random bits.
 
     The (ms, counter) stamp only grows within a process: a counter wrap or a clock step back
-    carries into the next millisecond rather than breaking the sort order.
+    carries into the next millisecond rather than breaking the sort order. 14 characters keep
+    the id in jemalloc's 16-byte class in both places Redis stores it. Two processes can still
+    draw the same id: the offer scripts report it (status 3) and the queue draws again.
     """
     return new_task_ids(1)[0]
 
@@ -66,14 +69,15 @@ def new_task_ids(count: int) -> list[str]:
     """``count`` ids as :func:`new_task_id` makes them, in increasing order, encoded at once
     (a bulk offer spends a fraction of a microsecond per id)."""
     global _last_stamp
-    stamp = (time.time_ns() // 1_000_000) << 16 | (next(_counter) & 0xFFFF)
+    stamp = (time.time_ns() // 1_000_000) << 12 | (next(_counter) & 0xFFF)
     with _id_lock:
         first = max(stamp, _last_stamp + 1)
         _last_stamp = first + count - 1
     draw = random.getrandbits
-    raw = b"".join(((first + k) << 32 | draw(32)).to_bytes(12, "big") for k in range(count))
+    # 84 bits shifted into 12 bytes, i.e. 16 letters of which the last two are always zero
+    raw = b"".join((((first + k) << 24 | draw(24)) << 12).to_bytes(12, "big") for k in range(count))
     text = base64.b64encode(raw).translate(_RELETTER).decode()
-    return [text[i : i + 16] for i in range(0, len(text), 16)]
+    return [text[i : i + ID_LENGTH] for i in range(0, len(text), 16)]
 
 
 def new_nonce() -> str:
@@ -143,8 +147,19 @@ def offer_args(mode: DedupMode, specs: Sequence[OfferSpec]) -> list[Any]:
     return args
 
 
+# An offer script's status for an id held by a task with other content, and how many ids the
+# queue draws for one task before it gives up (84 random-enough bits: a second draw is rare).
+ID_TAKEN: Final = 3
+ID_DRAWS: Final = 5
+
+
+def no_free_id() -> ServerError:
+    return ServerError(f"{ID_DRAWS} drawn task ids were all taken: is the clock or RNG stuck?")
+
+
 def parse_offer(reply: Sequence[Any]) -> list[tuple[str, int]]:
-    """(id, status) per task: 1 created, 2 replaced, 0 an existing task matched."""
+    """(id, status) per task: 1 created, 2 replaced, 0 an existing task matched, 3 another
+    task holds the id."""
     return [(_str(reply[i]), int(reply[i + 1])) for i in range(0, len(reply), 2)]
 
 

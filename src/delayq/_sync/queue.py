@@ -185,6 +185,7 @@ class DelayQueue:
         self._redis, self._owns_redis = backend.connect(
             redis, f"delayq:{name}", min(max(self._reconnect_s, 0.5), 5.0)
         )
+        self._lane = backend.ScriptLane(self._redis, self._owns_redis)
         self._notifier = backend.Notifier(self._redis, self._keys.channel)
         self._quiet: _Quiet | None = None
         self._registered = False
@@ -208,6 +209,7 @@ class DelayQueue:
             return
         self._closed = True
         self._notifier.close()
+        self._lane.close()
         if self._owns_redis:
             backend.close_client(self._redis)
 
@@ -251,12 +253,15 @@ class DelayQueue:
             spec = build_plain_offer(self._codec, payload, delay)
             self._offer_mode(dedup)
             self._register()
-            reply = self._run(Op.OFFER_ONE, list(spec[:3]), keys=self._offer_one_keys)
-            return protocol.parse_offer(reply)[0][0]
-        else:
-            offer = Offer(payload, delay, at, key, id, priority, headers, ttl, key_ttl)
-            spec = build_offer(self._codec, offer)
-        return (self._offer([spec], dedup))[0]
+            for _ in range(protocol.ID_DRAWS):
+                status = self._run(Op.OFFER_ONE, list(spec[:3]), keys=self._offer_one_keys)
+                if status != protocol.ID_TAKEN:
+                    return spec.id
+                spec = spec._replace(id=protocol.new_task_id())
+            raise protocol.no_free_id()
+        offer = Offer(payload, delay, at, key, id, priority, headers, ttl, key_ttl)
+        spec = build_offer(self._codec, offer)
+        return (self._write_offers(self._offer_mode(dedup), [spec], [id is None]))[0]
 
     def offer_many(
         self, items: Iterable[Offer | tuple[Any, Duration | None]], *, dedup: str | None = None
@@ -271,21 +276,9 @@ class DelayQueue:
             specs = build_plain_offers(self._codec, cast(list[tuple[Any, Any]], items), ids)
         else:
             specs = [self._spec(item, new_id) for item, new_id in zip(items, ids, strict=True)]
-        chunks = [
-            specs[start : start + protocol.OFFER_CHUNK]
-            for start in range(0, len(specs), protocol.OFFER_CHUNK)
-        ]
         mode = self._offer_mode(dedup)
-        if not chunks:
-            return []
-        self._register()
-        # In order, on one connection: a later task with the same key or id must lose. The
-        # first chunk goes alone (it reloads the script if Redis lost it), the rest pipelined.
-        replies = [self._run(Op.OFFER, protocol.offer_args(mode, chunks[0]))]
-        if len(chunks) > 1:
-            rest = [protocol.offer_args(mode, chunk) for chunk in chunks[1:]]
-            replies += self._run_pipelined(Op.OFFER, rest)
-        return [task_id for reply in replies for task_id, _ in protocol.parse_offer(reply)]
+        drawn = [not (isinstance(item, Offer) and item.id is not None) for item in items]
+        return self._write_offers(mode, specs, drawn) if specs else []
 
     def _spec(self, item: Offer | tuple[Any, Duration | None], new_id: str) -> OfferSpec:
         if isinstance(item, tuple) and len(item) == 2:
@@ -300,16 +293,35 @@ class DelayQueue:
         except ValueError as exc:
             raise ConfigError(f"dedup must be 'keep' or 'replace', got {dedup!r}") from exc
 
-    def _offer(self, specs: Sequence[OfferSpec], dedup: str | None) -> list[str]:
-        if not specs:
-            self._offer_mode(dedup)
-            return []
-        return self._send_offer(protocol.offer_args(self._offer_mode(dedup), specs))
-
-    def _send_offer(self, args: list[Any]) -> list[str]:
+    def _write_offers(
+        self, mode: DedupMode, specs: Sequence[OfferSpec], drawn: Sequence[bool], draws: int = 1
+    ) -> list[str]:
+        """Offer ``specs`` in order and return their ids. ``drawn[i]``: the queue drew
+        ``specs[i].id``, so if another task holds it (two producers drew the same id) it draws
+        a new one and offers that task again."""
         self._register()
-        reply = self._run(Op.OFFER, args)
-        return [task_id for task_id, _ in protocol.parse_offer(reply)]
+        chunks = [
+            specs[start : start + protocol.OFFER_CHUNK]
+            for start in range(0, len(specs), protocol.OFFER_CHUNK)
+        ]
+        # In order, on one connection: a later task with the same key or id must lose. The
+        # first chunk goes alone (it reloads the script if Redis lost it), the rest pipelined.
+        replies = [self._run(Op.OFFER, protocol.offer_args(mode, chunks[0]))]
+        if len(chunks) > 1:
+            rest = [protocol.offer_args(mode, chunk) for chunk in chunks[1:]]
+            replies += self._run_pipelined(Op.OFFER, rest)
+        results = [pair for reply in replies for pair in protocol.parse_offer(reply)]
+        ids = [task_id for task_id, _ in results]
+        taken = [i for i, (_, st) in enumerate(results) if st == protocol.ID_TAKEN and drawn[i]]
+        if taken:
+            if draws >= protocol.ID_DRAWS:
+                raise protocol.no_free_id()
+            fresh = protocol.new_task_ids(len(taken))
+            again = [specs[i]._replace(id=new_id) for i, new_id in zip(taken, fresh, strict=True)]
+            settled = self._write_offers(mode, again, [True] * len(again), draws + 1)
+            for i, task_id in zip(taken, settled, strict=True):
+                ids[i] = task_id
+        return ids
 
     def _register(self) -> None:
         if not self._registered:
@@ -639,10 +651,10 @@ class DelayQueue:
 
         def attempt() -> Any:
             try:
-                return self._redis.evalsha(entry.sha, len(keys), *keys, *args)
+                return self._lane.evalsha(entry.sha, keys, args)
             except NoScriptError:
                 self._redis.script_load(entry.source)
-                return self._redis.evalsha(entry.sha, len(keys), *keys, *args)
+                return self._lane.evalsha(entry.sha, keys, args)
 
         reply = self._call(attempt, deadline=deadline)
         return protocol.parse_fetch(reply) if parse else reply

@@ -9,7 +9,8 @@
 --         options: '' (priority 0, no key, no ttl) or 'priority|key_ttl_ms|ttl_ms|key'
 --           (key '' = none, ttl 0 = never expires).
 -- Reply: {id_1, status_1, ...}; status 1 = created, 2 = replaced, 0 = an existing task matched
---        by id or key (its id is returned).
+--        by id or key (its id is returned), 3 = a task with other content holds the id (for a
+--        generated id: two producers drew the same one, and the queue draws again).
 -- Tasks without a key are written with one HSET and one ZADD for the whole batch; a single
 -- plain task takes a shorter path.
 local mode = ARGV[1]
@@ -27,7 +28,9 @@ if n == 1 and ARGV[5] == '' then
   local id, due_arg = ARGV[2], ARGV[3]
   local due = tonumber(string.sub(due_arg, 2))
   if string.byte(due_arg, 1) == 100 then due = (due > 0 and later or now) + due end
-  if redis.call('HSETNX', K_TASKS, id, ARGV[4]) == 0 then return {id, 0} end
+  if redis.call('HSETNX', K_TASKS, id, ARGV[4]) == 0 then
+    return {id, redis.call('HGET', K_TASKS, id) == ARGV[4] and 0 or 3}
+  end
   local s = score(due, 9)
   redis.call('ZADD', K_DELAYED, fmt(s), id)
   count('offered', 1)
@@ -82,7 +85,10 @@ for i = 0, n - 1 do
     holder = holder_of(key)
   end
 
-  if holder and holder ~= id and mode == 'replace' and redis.call('ZSCORE', K_DELAYED, holder) then
+  if holder == id and stored[i + 1] and stored[i + 1] ~= envelope then
+    reply[#reply + 1] = id
+    reply[#reply + 1] = 3
+  elseif holder and holder ~= id and mode == 'replace' and redis.call('ZSCORE', K_DELAYED, holder) then
     redis.call('HSET', K_TASKS, holder, envelope)
     redis.call('ZADD', K_DELAYED, fmt(s), holder)
     redis.call('HSET', K_TASKKEY, holder, key_ttl .. '|' .. key)

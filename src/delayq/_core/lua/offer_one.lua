@@ -3,9 +3,12 @@
 -- (standalone: no shared preamble; it gets its own short KEYS list)
 -- KEYS[1] delayed   KEYS[2] tasks   KEYS[3] counters   KEYS[4] events (channel)
 -- ARGV[1] id   ARGV[2] due: 'd' .. ms from now, or 'a' .. absolute epoch ms   ARGV[3] envelope
--- Reply: {id, status}: 1 = created, 0 = a task with this id exists (a repeated offer)
+-- Reply: status 1 = created, 0 = this very task exists (the same call resent after a lost
+-- reply), 3 = another task holds the id (two producers drew the same id: draw again)
 local id, due_arg = ARGV[1], ARGV[2]
-if redis.call('HSETNX', KEYS[2], id, ARGV[3]) == 0 then return {id, 0} end
+if redis.call('HSETNX', KEYS[2], id, ARGV[3]) == 0 then
+  return redis.call('HGET', KEYS[2], id) == ARGV[3] and 0 or 3
+end
 local t = redis.call('TIME')
 local due = tonumber(string.sub(due_arg, 2))
 if string.byte(due_arg, 1) == 100 then  -- 'd': relative to the server's clock
@@ -20,4 +23,4 @@ redis.call('HINCRBY', KEYS[3], 'offered', 1)
 if not head[2] or score < tonumber(head[2]) then
   redis.call('PUBLISH', KEYS[4], string.format('%.0f', due))
 end
-return {id, 1}
+return 1
