@@ -8,6 +8,8 @@ from delayq._core.models import DedupMode
 from delayq._core.offers import build_offer
 from delayq._core.scripts import Op
 
+from ..helpers import wait_until
+
 
 def test_bulk_ids_are_unique_sorted_and_well_formed() -> None:
     ids = protocol.new_task_ids(5000) + protocol.new_task_ids(3) + [protocol.new_task_id()]
@@ -44,3 +46,26 @@ def test_many_chunks_arrive_whole_and_in_order(make_queue) -> None:
     for i in (0, 999, 1000, 3999, 4000, n - 1):
         info = q.get(ids[i])
         assert info is not None and info.payload == i
+
+
+def test_offers_announce_only_a_new_earliest_due_time(make_queue, client) -> None:
+    """Consumers sleep until the earliest due time: an offer publishes only when it moves
+    earlier (single offers and bulk offers alike), so a steady stream of later tasks wakes
+    nobody."""
+    q = make_queue()
+    pubsub = client.pubsub()
+    pubsub.subscribe(q.keys.channel)
+    assert wait_until(lambda: pubsub.get_message(timeout=0.1))["type"] == "subscribe"
+    q.offer("first", 60)  # empty queue: announced
+    q.offer("later", 120)
+    q.offer_many([("later too", 90), ("later still", 100)])
+    q.offer("earlier", 30)  # announced
+    q.offer_many([("not", 45), ("earliest", 10)])  # announced once, with the earliest
+    q.offer("keyed later", 50, key="k")
+    heads = []
+    while (message := pubsub.get_message(timeout=0.5)) is not None:
+        heads.append(int(message["data"]))
+    pubsub.close()
+    dues = {info.payload: info.due_at for info in q.tasks("delayed", limit=20)}
+    announced = [dues[name].timestamp() * 1000 for name in ("first", "earlier", "earliest")]
+    assert heads == [round(ms) for ms in announced]  # type: ignore[union-attr]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from delayq import Offer
-from delayq._core import protocol
+from delayq._core import offers, protocol
 from delayq._core.scripts import Op
 from delayq.exceptions import ServerError
 
@@ -36,6 +36,8 @@ def draws(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], list[int]]:
             return ids
 
         monkeypatch.setattr(protocol, "new_task_ids", fake)
+        for module in (protocol, offers):  # a single offer draws with new_task_id
+            monkeypatch.setattr(module, "new_task_id", lambda: fake(1)[0])
         return calls
 
     return arm

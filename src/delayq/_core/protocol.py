@@ -62,17 +62,24 @@ def new_task_id() -> str:
     the id in jemalloc's 16-byte class in both places Redis stores it. Two processes can still
     draw the same id: the offer scripts report it (status 3) and the queue draws again.
     """
-    return new_task_ids(1)[0]
+    raw = ((_stamps(1) << 24 | random.getrandbits(24)) << 12).to_bytes(12, "big")
+    return base64.b64encode(raw).translate(_RELETTER)[:ID_LENGTH].decode()
 
 
-def new_task_ids(count: int) -> list[str]:
-    """``count`` ids as :func:`new_task_id` makes them, in increasing order, encoded at once
-    (a bulk offer spends a fraction of a microsecond per id)."""
+def _stamps(count: int) -> int:
+    """The first of ``count`` consecutive (ms, counter) stamps, each above any made before."""
     global _last_stamp
     stamp = (time.time_ns() // 1_000_000) << 12 | (next(_counter) & 0xFFF)
     with _id_lock:
         first = max(stamp, _last_stamp + 1)
         _last_stamp = first + count - 1
+    return first
+
+
+def new_task_ids(count: int) -> list[str]:
+    """``count`` ids as :func:`new_task_id` makes them, in increasing order, encoded at once
+    (a bulk offer spends a fraction of a microsecond per id)."""
+    first = _stamps(count)
     draw = random.getrandbits
     # 84 bits shifted into 12 bytes, i.e. 16 letters of which the last two are always zero
     raw = b"".join((((first + k) << 24 | draw(24)) << 12).to_bytes(12, "big") for k in range(count))

@@ -17,10 +17,10 @@ if string.byte(due_arg, 1) == 100 then  -- 'd': relative to the server's clock
   due = due + tonumber(t[1]) * 1000 + (due > 0 and math.ceil(ms) or math.floor(ms))
 end
 local score = due * 10 + 9  -- slot 9: priority 0 (see _lib.lua)
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[1], string.format('%.0f', score), id)
 redis.call('HINCRBY', KEYS[3], 'offered', 1)
-if not head[2] or score < tonumber(head[2]) then
+-- the new head: ZRANK after the write costs less than reading the old head's score before
+if redis.call('ZRANK', KEYS[1], id) == 0 then
   redis.call('PUBLISH', KEYS[4], string.format('%.0f', due))
 end
 return 1
