@@ -404,7 +404,10 @@ def markdown(results: dict[str, Any], img_prefix: str = "img/") -> str:
         "",
         f"One idle worker with {sizes.get('idle_n', 0):,} tasks scheduled an hour ahead (peers "
         f"without a bulk API: as many as {sizes.get('idle_topup_cap')} s of one-by-one calls "
-        f"enqueue, see *scheduled*). After at least {sizes.get('idle_settle')} s, the harness waits "
+        "enqueue, see *scheduled*). The worker starts first, then the tasks arrive. Every "
+        "contestant runs this scenario at the same time, each on a Redis server of its own "
+        "(an idle worker's rate is set by its timers; the enqueueing is done one contestant at "
+        f"a time). After at least {sizes.get('idle_settle')} s, the harness waits "
         "until two consecutive 1-s command rates agree (at most "
         f"{sizes.get('idle_settle_cap')} s in all: *settle*), then measures over "
         f"{sizes.get('idle_window')} s: Redis commands/s (INFO `total_commands_processed`, the "

@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -142,19 +143,27 @@ class Env:
             client.close()
 
 
-def enqueue_all(c: Contestant, env: Env, jobs: list[Job], *, prefer_bulk: bool = True) -> float:
-    """Enqueue every job, with the bulk API when the peer has one; returns seconds spent."""
+def enqueue_all(
+    c: Contestant, env: Env, jobs: list[Job], *, prefer_bulk: bool = True, preload: bool = False
+) -> float:
+    """Enqueue every job, with the bulk API when the peer has one; returns seconds spent.
+    ``preload``: tasks a scenario only needs in place (:meth:`Contestant.preload`)."""
+    enqueue = c.preload if preload else c.enqueue
     if prefer_bulk:
         try:
-            return c.enqueue(env.url, QUEUE, jobs, bulk=True)
+            return enqueue(env.url, QUEUE, jobs, bulk=True)
         except NotImplementedError:
             pass
-    return c.enqueue(env.url, QUEUE, jobs, bulk=False)
+    return enqueue(env.url, QUEUE, jobs, bulk=False)
 
 
-def enqueue_rate(c: Contestant, env: Env) -> float:
+def enqueue_rate(c: Contestant, env: Env, *, preload: bool = False) -> float:
     """Tasks/s at which the harness can feed this peer (measured or probed)."""
-    for key in (f"{c.name}:bulk", c.name):
+    names = [c.name]
+    helper = c.preloaded_by() if preload else None
+    if helper:
+        names.insert(0, helper)
+    for key in [f"{name}{kind}" for name in names for kind in (":bulk", "")]:
         if key in env.rates:
             return env.rates[key]
     far = time.time() + 3600
@@ -233,10 +242,10 @@ def run_lateness(c: Contestant, env: Env, n: int) -> dict[str, Any]:
 def run_burst(c: Contestant, env: Env, n: int, cap: float) -> dict[str, Any]:
     env.flush()
     sink = env.sink(f"{c.name}-burst")
-    rate = enqueue_rate(c, env)
+    rate = enqueue_rate(c, env, preload=True)
     with start_worker(c, env.url, QUEUE, sink, env.tmp) as worker:
         due = time.time() + max(2.0, 1.5 * n / rate + 1.5)
-        enqueue_all(c, env, [Job(i, due) for i in range(n)])
+        enqueue_all(c, env, [Job(i, due) for i in range(n)], preload=True)
         enqueued_by = time.time()
         counters = Counters(env.url)
         time.sleep(max(0.0, due - time.time()))
@@ -293,24 +302,33 @@ def _curve(starts: list[float], n: int, points: int = 120) -> list[list[float]]:
 # -- 6. idle ---------------------------------------------------------------------------------
 
 
-def run_idle(c: Contestant, env: Env) -> dict[str, Any]:
+def run_idle(
+    c: Contestant, env: Env, setup: AbstractContextManager[Any] | None = None
+) -> dict[str, Any]:
+    """``setup``: held while enqueueing (side by side, one contestant enqueues at a time, so
+    that every one of them gets its tasks in at its own speed).
+
+    The worker starts (and handles its warm-up job) first, then the tasks arrive: with 100,000
+    delayed messages already queued, dramatiq's worker did not reach the warm-up job in 60 s.
+    """
     s = env.sizes
     env.flush()
     far = time.time() + 3600
     scheduled, spent = 0, 0.0
     chunk = s.idle_n
     bulk = True
-    while scheduled < s.idle_n and spent < s.idle_topup_cap:
-        part = [Job(i, far) for i in range(scheduled, min(s.idle_n, scheduled + chunk))]
-        try:
-            spent += c.enqueue(env.url, QUEUE, part, bulk=bulk)
-        except NotImplementedError:
-            bulk, chunk = False, 2_000
-            continue
-        scheduled += len(part)
     sink = env.sink(f"{c.name}-idle")
     counters = Counters(env.url)
     with start_worker(c, env.url, QUEUE, sink, env.tmp) as worker:
+        with setup or nullcontext():
+            while scheduled < s.idle_n and spent < s.idle_topup_cap:
+                part = [Job(i, far) for i in range(scheduled, min(s.idle_n, scheduled + chunk))]
+                try:
+                    spent += c.preload(env.url, QUEUE, part, bulk=bulk)
+                except NotImplementedError:
+                    bulk, chunk = False, 2_000
+                    continue
+                scheduled += len(part)
         # settle: at least idle_settle, then until two 1-s command rates agree (or the cap)
         started = time.time()
         time.sleep(s.idle_settle)
@@ -385,31 +403,36 @@ class _Monitor:
 # -- 7. crash --------------------------------------------------------------------------------
 
 
-def run_crash(c: Contestant, env: Env) -> dict[str, Any]:
+def run_crash(
+    c: Contestant, env: Env, setup: AbstractContextManager[Any] | None = None
+) -> dict[str, Any]:
+    """``setup``: held until the holding worker is killed (side by side, one contestant at a
+    time gets its tasks held; the redelivery waits run at once)."""
     s = env.sizes
     env.flush()
     n = s.crash_n
     first = env.sink(f"{c.name}-crash-held")
-    now = time.time()
-    enqueue_all(c, env, [Job(i, now) for i in range(n)])
-    with start_worker(c, env.url, QUEUE, first, env.tmp, hold=True, warm=False) as holder:
-        reader = SinkReader(first)
-        # wait for the first start, then until no new start for 1 s (or all n, or the cap)
-        deadline = time.monotonic() + 60
-        while not reader.count_lines() and time.monotonic() < deadline:
-            if not holder.alive():
-                raise BenchError(f"holding worker died: {holder.log_tail()}")
-            time.sleep(0.05)
-        settle_by = time.monotonic() + s.crash_hold_wait
-        last_count, last_change = reader.count_lines(), time.monotonic()
-        while time.monotonic() < settle_by and last_count < n:
-            time.sleep(0.05)
-            count = reader.count_lines()
-            if count != last_count:
-                last_count, last_change = count, time.monotonic()
-            elif time.monotonic() - last_change > 1.0:
-                break
-        killed = time.time()
+    with setup or nullcontext():
+        now = time.time()
+        enqueue_all(c, env, [Job(i, now) for i in range(n)])
+        with start_worker(c, env.url, QUEUE, first, env.tmp, hold=True, warm=False) as holder:
+            reader = SinkReader(first)
+            # wait for the first start, then until no new start for 1 s (or all n, or the cap)
+            deadline = time.monotonic() + 60
+            while not reader.count_lines() and time.monotonic() < deadline:
+                if not holder.alive():
+                    raise BenchError(f"holding worker died: {holder.log_tail()}")
+                time.sleep(0.05)
+            settle_by = time.monotonic() + s.crash_hold_wait
+            last_count, last_change = reader.count_lines(), time.monotonic()
+            while time.monotonic() < settle_by and last_count < n:
+                time.sleep(0.05)
+                count = reader.count_lines()
+                if count != last_count:
+                    last_count, last_change = count, time.monotonic()
+                elif time.monotonic() - last_change > 1.0:
+                    break
+            killed = time.time()
     held = reader.seen()
     second = env.sink(f"{c.name}-crash-fresh")
     with start_worker(c, env.url, QUEUE, second, env.tmp, warm=False) as fresh:

@@ -22,8 +22,8 @@ ORDER = [
     "dramatiq",
     "celery",
     "huey",
+    "bullmq-node",  # before bullmq-py, whose preloads it does: its measured rate times them
     "bullmq-py",
-    "bullmq-node",
     "bare-loop",
 ]
 

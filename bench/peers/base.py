@@ -56,6 +56,16 @@ class Contestant(ABC):
         calls alone (connection setup excluded).
         """
 
+    def preload(self, url: str, queue: str, jobs: Sequence[Job], bulk: bool) -> float:
+        """Enqueue tasks a scenario needs in place but does not time (the burst's 50,000, the
+        idle scenario's 100,000): :meth:`enqueue` unless :meth:`preloaded_by` names another
+        contestant that writes the same Redis layout faster."""
+        return self.enqueue(url, queue, jobs, bulk)
+
+    def preloaded_by(self) -> str | None:
+        """The contestant whose enqueue :meth:`preload` uses, if not this one."""
+        return None
+
     @abstractmethod
     def worker_argv(self, url: str, queue: str, sink: str, hold: bool) -> list[str]:
         """argv of ONE worker process at the peer's defaults.
