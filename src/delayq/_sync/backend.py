@@ -28,6 +28,13 @@ def sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
+TIMER_SLACK = 0.0  # threads' timed waits end within ~0.1 ms of their time (see the asyncio side)
+
+
+def wait_out(until: float) -> None:
+    """Nothing to wait out: a thread's timed wait already ended at ``until``."""
+
+
 def connect(redis: object, client_name: str, timeout_s: float) -> tuple[Any, bool]:
     """The client to use and whether the queue owns (and so closes) it.
 

@@ -99,6 +99,13 @@ class Task:
         return self._queue().extend(self, seconds)
 
 
+def _timer_left(until: float, wake_at: float) -> float:
+    """Seconds to wait by the timer: a due time (``until == wake_at``) to TIMER_SLACK before
+    it, the rest yielded away by backend.wait_out; the caller's own timeout in full."""
+    slack = backend.TIMER_SLACK if until == wake_at else 0.0
+    return until - backend.monotonic() - slack
+
+
 class _Quiet(NamedTuple):
     """What an empty look at Redis found: nothing due before ``wake_at`` (monotonic), unless
     the notifier has news after ``mark``."""
@@ -507,7 +514,7 @@ class DelayQueue:
             # Sleep until the earliest due time, moving the alarm earlier when a message
             # announces an earlier task; any doubt means look at Redis again.
             until = wake_at if deadline is None else min(wake_at, deadline)
-            while (remaining := until - backend.monotonic()) > 0:
+            while (remaining := _timer_left(until, wake_at)) > 0:
                 news = self._notifier.wait(mark, remaining)
                 if news is None:
                     break
@@ -517,6 +524,7 @@ class DelayQueue:
                     break
                 wake_at = min(wake_at, fetched_at + result.seconds_until(due_ms))
                 until = min(until, wake_at)
+            backend.wait_out(until)
             if backend.monotonic() < wake_at:  # the caller's timeout ran out first
                 self._quiet = _Quiet(mark, wake_at, fetched_at, result)
                 return []
