@@ -442,7 +442,9 @@ def markdown(results: dict[str, Any], img_prefix: str = "img/") -> str:
         "gets SIGKILL and a fresh worker starts. *held back in*: seconds from the kill until the "
         "last held task started again; *all 100 in*: until every task had started under the "
         f"fresh worker; both capped at {sizes.get('crash_cap')} s (— = not within the cap). "
-        "*lost*: tasks that never started under the fresh worker within the cap.",
+        "*lost*: tasks that never started under the fresh worker within the cap. Like the idle "
+        "scenario, every contestant runs it at the same time on a Redis server of its own; "
+        "getting the tasks held and the kill are done one contestant at a time.",
         "",
         *_table(
             results,

@@ -53,7 +53,7 @@ class Sizes:
     big_cap: float = 120.0
     idle_n: int = 100_000
     idle_topup_cap: float = 10.0  # seconds of enqueueing the idle tasks, at most
-    idle_settle: float = 5.0  # at least, then until the command rate is steady ...
+    idle_settle: float = 12.0  # at least, then until the command rate is steady ...
     idle_settle_cap: float = 20.0  # ... or this long
     idle_window: float = 10.0
     crash_n: int = 100
