@@ -160,9 +160,9 @@ def enqueue_all(
 def enqueue_rate(c: Contestant, env: Env, *, preload: bool = False) -> float:
     """Tasks/s at which the harness can feed this peer (measured or probed)."""
     names = [c.name]
-    helper = c.preloaded_by() if preload else None
+    helper = c.preloader() if preload else None
     if helper:
-        names.insert(0, helper)
+        names.insert(0, helper.name)
     for key in [f"{name}{kind}" for name in names for kind in (":bulk", "")]:
         if key in env.rates:
             return env.rates[key]

@@ -58,12 +58,12 @@ class Contestant(ABC):
 
     def preload(self, url: str, queue: str, jobs: Sequence[Job], bulk: bool) -> float:
         """Enqueue tasks a scenario needs in place but does not time (the burst's 50,000, the
-        idle scenario's 100,000): :meth:`enqueue` unless :meth:`preloaded_by` names another
-        contestant that writes the same Redis layout faster."""
-        return self.enqueue(url, queue, jobs, bulk)
+        idle scenario's 100,000): with the bulk API of :meth:`preloader` if there is one."""
+        helper = self.preloader() if bulk else None
+        return (helper or self).enqueue(url, queue, jobs, bulk)
 
-    def preloaded_by(self) -> str | None:
-        """The contestant whose enqueue :meth:`preload` uses, if not this one."""
+    def preloader(self) -> Contestant | None:
+        """Another contestant that writes this one's Redis layout faster, for :meth:`preload`."""
         return None
 
     @abstractmethod
