@@ -1,16 +1,21 @@
 """Payload codecs and typed payloads.
 
 JSON is the default: stored tasks stay readable in ``redis-cli`` and survive code changes.
-msgpack is compact and optional. pickle runs arbitrary code on load, so a queue decodes it
-only when it was created with ``codec="pickle"``.
+msgpack is compact and optional. Untyped payloads are encoded strictly (a value JSON or msgpack
+cannot hold, such as a set or a datetime, is an EncodeError rather than coming back as something
+else); typed payloads are turned into plain data by msgspec (or pydantic, for its models).
+pickle runs arbitrary code on load, so a queue decodes it only when it was created with
+``codec="pickle"``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import json
 from typing import Any, Final
+
+import msgspec
+import msgspec.inspect
 
 from ..exceptions import ConfigError, DecodeError, EncodeError
 
@@ -70,38 +75,103 @@ def load_msgpack(data: bytes) -> Any:
         raise DecodeError(f"stored task is not valid msgpack: {exc}") from exc
 
 
-class PayloadType:
-    """Turns instances of a dataclass or pydantic model into plain data and back.
+# Parts of a type that msgspec cannot turn into plain data and back on its own.
+_OPAQUE: Final = (msgspec.inspect.CustomType, msgspec.inspect.ExtType, msgspec.inspect.RawType)
 
-    With pydantic installed, any type pydantic validates works (nested dataclasses, datetimes,
-    models); without it, flat dataclasses do. A class may declare ``__delayq_version__ = N`` and
-    a classmethod ``__delayq_upgrade__(data, from_version)`` to read tasks written by older code.
+
+def _opaque_parts(cls: type) -> list[type]:
+    """The classes inside ``cls`` that msgspec cannot round-trip (they need pydantic or are
+    refused); raises ConfigError for a type msgspec rejects outright (e.g. ambiguous unions)."""
+    try:
+        root = msgspec.inspect.type_info(cls)
+    except TypeError as exc:
+        raise ConfigError(f"payload_type {_tag(cls)} cannot be stored: {exc}") from exc
+    found: list[type] = []
+    seen: set[int] = set()
+    todo: list[Any] = [root]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:  # recursive types share their nodes
+            continue
+        seen.add(id(node))
+        if isinstance(node, _OPAQUE):
+            found.append(getattr(node, "cls", type(node)))
+            continue
+        todo += [f.type for f in getattr(node, "fields", ())]
+        todo += getattr(node, "types", ()) + getattr(node, "item_types", ())
+        todo += [
+            getattr(node, a) for a in ("item_type", "key_type", "value_type") if hasattr(node, a)
+        ]
+    return found
+
+
+def _tag(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _pydantic_adapter(cls: type, opaque: list[type]) -> Any:
+    names = ", ".join(sorted({_tag(c) for c in opaque}))
+    try:
+        pydantic = importlib.import_module("pydantic")
+    except ImportError:
+        raise ConfigError(
+            f"payload_type {_tag(cls)} cannot be stored: msgspec cannot round-trip {names} "
+            "(dataclasses, TypedDicts, NamedTuples, msgspec Structs, enums, datetime, UUID "
+            "and Decimal fields work; pydantic models need pip install delayq[typed])"
+        ) from None
+    try:
+        return pydantic.TypeAdapter(cls)
+    except Exception as exc:  # pydantic's schema errors have several types
+        raise ConfigError(
+            f"payload_type {_tag(cls)} cannot be stored: neither msgspec nor pydantic can "
+            f"round-trip {names}: {exc}"
+        ) from exc
+
+
+class PayloadType:
+    """Turns instances of a typed class into plain data (JSON values) and back.
+
+    msgspec does the work, whatever else is installed: dataclasses, TypedDicts, NamedTuples and
+    msgspec Structs, nested to any depth, with ``datetime``, ``date``, ``time``, ``timedelta``,
+    ``UUID``, ``Decimal``, enum, ``bytes``, set and tuple fields. Pydantic models (and classes
+    holding them) go through pydantic when it is installed. A type neither can round-trip is
+    refused here, with a :class:`ConfigError`. Parts annotated ``Any`` hold plain data, as on an
+    untyped queue. A class may declare ``__delayq_version__ = N`` and a classmethod
+    ``__delayq_upgrade__(data, from_version)`` to read tasks written by older code.
     """
 
-    __slots__ = ("_adapter", "cls", "tag", "version")
+    __slots__ = ("_adapter", "_is_typeddict", "cls", "tag", "version")
 
     def __init__(self, cls: type) -> None:
         if not isinstance(cls, type):
             raise ConfigError(f"payload_type must be a class, not {cls!r}")
         self.cls = cls
-        self.tag = f"{cls.__module__}.{cls.__qualname__}"
+        self.tag = _tag(cls)
         self.version = int(getattr(cls, "__delayq_version__", 1))
-        try:
-            pydantic = importlib.import_module("pydantic")
-            self._adapter: Any = pydantic.TypeAdapter(cls)
-        except ImportError:
-            if not dataclasses.is_dataclass(cls):
-                raise ConfigError(
-                    f"payload_type {self.tag} is not a dataclass; other types need pydantic"
-                ) from None
-            self._adapter = None
+        opaque = _opaque_parts(cls)
+        self._adapter: Any = _pydantic_adapter(cls, opaque) if opaque else None
+        # isinstance() refuses TypedDicts: their instances are plain dicts, checked by msgspec
+        self._is_typeddict = isinstance(
+            msgspec.inspect.type_info(cls), msgspec.inspect.TypedDictType
+        )
 
-    def dump(self, obj: Any) -> Any:
-        if not isinstance(obj, self.cls):
+    def dump(self, obj: Any, *, keep_bytes: bool = False) -> Any:
+        """Plain data for ``obj``; ``keep_bytes`` leaves bytes as bytes (binary codecs), else
+        they become base64 text. Raises EncodeError unless the data reads back as the type."""
+        if not isinstance(obj, dict if self._is_typeddict else self.cls):
             raise EncodeError(f"payload must be a {self.tag}, got {type(obj).__name__}")
         if self._adapter is not None:
             return self._adapter.dump_python(obj, mode="json")
-        return dataclasses.asdict(obj)  # type: ignore[call-overload]
+        try:
+            data = msgspec.to_builtins(
+                obj, builtin_types=(bytes, bytearray) if keep_bytes else None
+            )
+            # Read it back now: a field holding the wrong type fails this offer, not a
+            # delivery hours later.
+            msgspec.convert(data, self.cls)
+        except (TypeError, ValueError, msgspec.ValidationError) as exc:
+            raise EncodeError(f"payload does not fit {self.tag}: {exc}") from exc
+        return data
 
     def load(self, data: Any, version: int) -> Any:
         if version != self.version:
@@ -118,6 +188,6 @@ class PayloadType:
         try:
             if self._adapter is not None:
                 return self._adapter.validate_python(data)
-            return self.cls(**data)
+            return msgspec.convert(data, self.cls)
         except Exception as exc:  # validation errors of any kind mean the same thing here
             raise DecodeError(f"payload does not fit {self.tag}: {exc}") from exc

@@ -57,7 +57,7 @@ class EnvelopeCodec:
             return self._bare(payload)
         doc: dict[str, Any] = {}
         if self.payload_type is not None:
-            doc["p"] = self.payload_type.dump(payload)
+            doc["p"] = self.payload_type.dump(payload, keep_bytes=self.codec != "json")
             doc["ty"] = self.payload_type.tag
             if self.payload_type.version != 1:
                 doc["tv"] = self.payload_type.version
