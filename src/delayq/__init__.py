@@ -5,7 +5,7 @@ import logging as _logging
 from ._async.queue import AsyncDelayQueue, AsyncTask
 from ._core.handling import Reject, Retry, WorkerHealth
 from ._core.models import Backoff, DeadTask, DedupMode, Stats, TaskInfo, TaskState
-from ._core.offers import Offer
+from ._core.offers import Offer, OfferOutcome, TaskId
 from ._sync.queue import DelayQueue, Task
 from ._workers.async_worker import AsyncWorker
 from ._workers.common import Hooks
@@ -22,7 +22,9 @@ from .exceptions import (
     QueueClosed,
     RedisUnavailable,
     ServerError,
+    TaskIdConflict,
     TaskNotFound,
+    WorkerFailed,
 )
 
 __version__ = "0.1.0"
@@ -48,6 +50,7 @@ __all__ = [
     "InvalidTaskError",
     "LeaseLost",
     "Offer",
+    "OfferOutcome",
     "PayloadTooLarge",
     "QueueClosed",
     "RedisUnavailable",
@@ -56,9 +59,12 @@ __all__ = [
     "ServerError",
     "Stats",
     "Task",
+    "TaskId",
+    "TaskIdConflict",
     "TaskInfo",
     "TaskNotFound",
     "TaskState",
     "Worker",
+    "WorkerFailed",
     "WorkerHealth",
 ]

@@ -5,5 +5,6 @@ from ._core.handling import Reject, Retry, WorkerHealth
 from ._workers.async_worker import AsyncWorker
 from ._workers.common import Hooks
 from ._workers.thread_worker import Worker
+from .exceptions import WorkerFailed
 
-__all__ = ["AsyncWorker", "Hooks", "Reject", "Retry", "Worker", "WorkerHealth"]
+__all__ = ["AsyncWorker", "Hooks", "Reject", "Retry", "Worker", "WorkerFailed", "WorkerHealth"]

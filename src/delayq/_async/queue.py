@@ -13,8 +13,6 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, NamedTuple, cast
 
-from redis.exceptions import NoScriptError, RedisError, ResponseError
-
 from .._core import protocol
 from .._core.codecs import PayloadType, check_codec
 from .._core.envelope import EnvelopeCodec
@@ -30,7 +28,8 @@ from .._core.models import (
 )
 from .._core.offers import Offer, build_offer, build_plain_offer, build_plain_offers
 from .._core.protocol import FetchResult, OfferSpec, Policy, RawTask
-from .._core.scripts import Op, script
+from .._core.scripts import Op
+from .._core.text import printable, utf8_safe
 from .._core.timing import Duration, due_spec, duration_ms
 from ..exceptions import (
     ConfigError,
@@ -41,7 +40,7 @@ from ..exceptions import (
     RedisUnavailable,
     ServerError,
 )
-from . import backend
+from . import backend, runner
 
 log = logging.getLogger("delayq")
 
@@ -120,8 +119,10 @@ class AsyncDelayQueue:
 
     Args:
         name: queue name (the Redis hash tag of all its keys).
-        redis: a URL, a ``redis.asyncio`` client (not ``decode_responses``), or None for
-            ``redis://127.0.0.1:6379/0``.
+        redis: a URL (``redis://``, ``rediss://``, ``unix://``, ``redis+sentinel://``,
+            ``redis+cluster://``), a ``redis.asyncio`` ``Redis`` (a Sentinel ``master_for``
+            client too) or ``RedisCluster`` client (not ``decode_responses``), or None for
+            ``$REDIS_URL`` (``redis://127.0.0.1:6379/0`` when it is not set).
         codec: ``"json"`` (default), ``"msgpack"`` or ``"pickle"`` (explicit opt-in).
         payload_type: a dataclass or pydantic model; payloads round-trip as that class.
         visibility_timeout: seconds a delivered task stays leased before it is delivered again.
@@ -133,8 +134,10 @@ class AsyncDelayQueue:
             change that makes a task due earlier is announced on the queue's channel, and a
             reconnect of the listener triggers a look, so this only bounds the cost of a lost
             message; an idle consumer makes one script call per interval.
-        reconnect_timeout: how long a call keeps retrying a lost connection before it raises
-            :class:`RedisUnavailable` (``take`` retries for ever).
+        reconnect_timeout: how long a call keeps retrying a lost connection or a failover
+            before it raises :class:`RedisUnavailable` (``take`` retries for ever). None: 10 s
+            on a single server, 40 s through Sentinel, 25 s on a cluster (a failover with the
+            servers' default settings).
         max_payload_bytes: limit on an encoded task.
         overdue_after: a due task waiting longer than this counts as overdue in stats.
         prefix: first part of every key name.
@@ -153,7 +156,7 @@ class AsyncDelayQueue:
         ack: bool = True,
         dedup: str = "keep",
         safety_interval: Duration = 10.0,
-        reconnect_timeout: Duration = 10.0,
+        reconnect_timeout: Duration | None = None,
         max_payload_bytes: int = 1 << 20,
         overdue_after: Duration = 1.0,
         prefix: str = "dq",
@@ -175,7 +178,11 @@ class AsyncDelayQueue:
             self._safety_s = (
                 duration_ms(safety_interval, "safety_interval", allow_zero=False) / 1000
             )
-            self._reconnect_s = duration_ms(reconnect_timeout, "reconnect_timeout") / 1000
+            reconnect_s = (
+                None
+                if reconnect_timeout is None
+                else duration_ms(reconnect_timeout, "reconnect_timeout") / 1000
+            )
             self._overdue_ms = duration_ms(overdue_after, "overdue_after")
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
@@ -185,14 +192,11 @@ class AsyncDelayQueue:
             max_payload_bytes,
         )
         self._policy = Policy(lease_ms if ack else 0, max_attempts, retry_backoff or Backoff())
+        self._runner = runner.connect(redis, f"delayq:{name}", reconnect_s)
         # How long a call's receipt lives, so that a resend is answered from it: longer than
         # any retry of ours (reconnect_timeout) plus redis-py's own.
-        self._receipt_ms = int(self._reconnect_s * 1000) + 5000
-        self._redis, self._owns_redis = backend.connect(
-            redis, f"delayq:{name}", min(max(self._reconnect_s, 0.5), 5.0)
-        )
-        self._lane = backend.ScriptLane(self._redis, self._owns_redis)
-        self._notifier = backend.Notifier(self._redis, self._keys.channel)
+        self._receipt_ms = int(self._runner.reconnect_s * 1000) + 5000
+        self._notifier = backend.Notifier(self._runner.client, self._keys.channel)
         self._quiet: _Quiet | None = None
         self._registered = False
         self._closed = False
@@ -215,9 +219,7 @@ class AsyncDelayQueue:
             return
         self._closed = True
         await self._notifier.close()
-        await self._lane.close()
-        if self._owns_redis:
-            await backend.close_client(self._redis)
+        await self._runner.close()
 
     async def __aenter__(self) -> AsyncDelayQueue:
         return self
@@ -331,7 +333,8 @@ class AsyncDelayQueue:
 
     async def _register(self) -> None:
         if not self._registered:
-            await self._call(lambda: self._redis.sadd(self._keys.registry, self.name))
+            self._check_open()
+            await self._runner.command("SADD", self._keys.registry, self.name)
             self._registered = True
 
     async def cancel(self, task_id: str) -> bool:
@@ -533,8 +536,10 @@ class AsyncDelayQueue:
         tasks = []
         for raw in result.tasks:
             try:
+                if not raw.id_is_utf8:  # written by another client: no handler could use it
+                    raise DecodeError(f"task id {printable(raw.id_bytes)} is not UTF-8")
                 envelope = self._codec.decode(raw.envelope)
-            except DecodeError as exc:
+            except Exception as exc:  # whatever stops a task being read must not stop the queue
                 await self._bury_undecodable(raw, exc)
                 continue
             tasks.append(
@@ -553,17 +558,27 @@ class AsyncDelayQueue:
             )
         return tasks
 
-    async def _bury_undecodable(self, raw: RawTask, exc: DecodeError) -> None:
+    async def _bury_undecodable(self, raw: RawTask, exc: Exception) -> None:
+        """Dead-letter a delivered task that cannot be read, addressed by its id's raw bytes
+        (the id itself may be what cannot be read), its envelope kept as stored."""
+        try:
+            reason = str(exc)
+        except Exception:  # an exception whose __str__ raises still has a type
+            reason = ""
+        reason = f"{type(exc).__name__}: {reason}" if not isinstance(exc, DecodeError) else reason
         log.error(
-            "delayq: task %s in %s cannot be decoded, dead-lettered: %s", raw.id, self.name, exc
-        )
-        error = f"undecodable: {exc}"
+            "delayq: task %s in %s cannot be decoded, dead-lettered: %s",
+            printable(raw.id_bytes), self.name, printable(reason),
+        )  # fmt: skip
+        error = f"undecodable: {reason}"  # nack_args and the BURY line make it valid UTF-8
         if raw.token is None:
-            await self._run(Op.BURY, [raw.id, raw.envelope, 9 - raw.priority, error])
+            await self._run(
+                Op.BURY, [raw.id_bytes, raw.envelope, 9 - raw.priority, utf8_safe(error)]
+            )
         else:
             await self._run(
                 Op.NACK,
-                protocol.nack_args(self._policy, raw.id, raw.token, "undecodable", 0, error),
+                protocol.nack_args(self._policy, raw.id_bytes, raw.token, "undecodable", 0, error),
             )
 
     async def ack(self, task: AsyncTask) -> None:
@@ -654,81 +669,28 @@ class AsyncDelayQueue:
         parse: bool = False,
         keys: Sequence[str] | None = None,
     ) -> Any:
-        """Run a script by SHA (loading it on NOSCRIPT), retrying lost connections. Every
+        """Run a script through the connection layer (which retries lost connections and
+        failovers until ``deadline``: -1 for the reconnect timeout, None for ever). Every
         script is safe to resend after a lost reply (see their headers: receipts or checks)."""
-        entry = script(op)
-        if keys is None:
-            keys = self._key_list
-
-        async def attempt() -> Any:
-            try:
-                return await self._lane.evalsha(entry.sha, keys, args)
-            except NoScriptError:
-                await self._redis.script_load(entry.source)
-                return await self._lane.evalsha(entry.sha, keys, args)
-
-        reply = await self._call(attempt, deadline=deadline)
+        self._check_open()
+        try:
+            reply = await self._runner.run(op, keys or self._key_list, args, deadline=deadline)
+        except QueueClosed:
+            self._check_open()
+            raise
+        except (RedisUnavailable, ServerError) as exc:
+            raise type(exc)(f"queue {self.name!r}: {exc}") from exc
         return protocol.parse_fetch(reply) if parse else reply
 
     async def _run_pipelined(self, op: Op, arg_lists: list[list[Any]]) -> list[Any]:
-        """Run a script once per argument list in one pipeline; Redis runs them in order.
-        Resending after a lost connection is safe for the same reasons as in :meth:`_run`."""
-        if not backend.pipelines_scripts(self._redis):  # redis-py refuses them on a cluster
-            return [await self._run(op, args) for args in arg_lists]
-        entry, keys = script(op), self._key_list
-
-        async def attempt() -> list[Any]:
-            pipe = self._redis.pipeline(transaction=False)
-            for args in arg_lists:
-                pipe.evalsha(entry.sha, len(keys), *keys, *args)
-            replies: list[Any] = await pipe.execute(raise_on_error=False)
-            for i, reply in enumerate(replies):
-                if isinstance(reply, NoScriptError):  # scripts flushed meanwhile: the rest again
-                    await self._redis.script_load(entry.source)
-                    for j in range(i, len(replies)):
-                        args = arg_lists[j]
-                        replies[j] = await self._redis.evalsha(entry.sha, len(keys), *keys, *args)
-                    break
-                if isinstance(reply, Exception):
-                    raise reply
-            return replies
-
-        return list(await self._call(attempt))
-
-    async def _call(self, fn: Any, *, deadline: float | None = -1.0) -> Any:
-        """Call ``fn`` until it gets through, backing off on connection errors.
-
-        ``deadline``: a monotonic time to give up at; -1 for the queue's reconnect timeout;
-        None to retry for ever.
-        """
+        """Run a script once per argument list on one connection, in order (Redis runs them
+        in order). Resending after a lost connection is safe for the same reasons as in
+        :meth:`_run`."""
         self._check_open()
-        if deadline is not None and deadline < 0:
-            deadline = backend.monotonic() + self._reconnect_s
-        backoff, failures = 0.02, 0
-        while True:
-            try:
-                result = await fn()
-            except ResponseError as exc:
-                raise ServerError(f"Redis refused a delayq call on {self.name!r}: {exc}") from exc
-            except (RedisError, *backend.CONNECTION_ERRORS) as exc:
-                failures += 1
-                self._check_open()
-                now = backend.monotonic()
-                if deadline is not None and now >= deadline:
-                    raise RedisUnavailable(
-                        f"Redis unreachable for queue {self.name!r} after {failures} tries: {exc}"
-                    ) from exc
-                if failures == 1 or failures % 20 == 0:
-                    log.warning("delayq: %s: Redis call failed (%s); retrying", self.name, exc)
-                pause = backoff if deadline is None else min(backoff, max(deadline - now, 0))
-                await backend.sleep(pause)
-                backoff = min(backoff * 2, 2.0)
-                continue
-            if failures:
-                log.info(
-                    "delayq: %s: Redis reachable again after %d failed tries", self.name, failures
-                )
-            return result
+        try:
+            return await self._runner.batch(op, self._key_list, arg_lists)
+        except (RedisUnavailable, ServerError) as exc:
+            raise type(exc)(f"queue {self.name!r}: {exc}") from exc
 
     # -- administration ---------------------------------------------------------------------
 

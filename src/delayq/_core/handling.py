@@ -8,6 +8,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from ..exceptions import DelayqError
+from .text import utf8_safe
+from .timing import duration_ms
+
 
 class Retry(Exception):
     """Raise from a handler to have the task delivered again after ``delay`` seconds (None:
@@ -46,16 +50,34 @@ def outcome_of(exc: BaseException | None, attempts: int, max_attempts: int) -> O
     if exc is None:
         return Outcome(Verdict.ACK)
     if isinstance(exc, Reject):
-        return Outcome(Verdict.REJECT, error=f"rejected: {exc.reason}", dead=True)
+        return Outcome(Verdict.REJECT, error=f"rejected: {_text(exc.reason)}", dead=True)
     if isinstance(exc, Retry):
-        return Outcome(Verdict.RETRY, exc.delay, exc.reason, attempts >= max_attempts)
+        reason, delay = _text(exc.reason), exc.delay
+        if delay is not None:
+            try:
+                duration_ms(delay)
+            except DelayqError as bad:  # a handler's mistake must not cost the task its retry
+                reason, delay = f"{reason} (Retry delay ignored: {_text(bad)})", None
+        return Outcome(Verdict.RETRY, delay, reason, attempts >= max_attempts)
     return Outcome(Verdict.RETRY, None, describe(exc), attempts >= max_attempts)
 
 
 def describe(exc: BaseException, limit: int = 4000) -> str:
-    """An error for the task's record: type, message and the innermost frames."""
-    text = "".join(traceback.format_exception(exc, limit=-8))
-    return text[-limit:]
+    """An error for the task's record: type, message and the innermost frames, always valid
+    UTF-8 (a lone surrogate in a message, e.g. from ``surrogateescape``, is escaped)."""
+    try:
+        text = "".join(traceback.format_exception(exc, limit=-8))
+    except Exception:  # an exception type broken enough to fail formatting still has a name
+        text = f"{type(exc).__qualname__} (its traceback could not be formatted)"
+    return utf8_safe(text)[-limit:]
+
+
+def _text(value: object) -> str:
+    """``value`` as valid UTF-8 text, whatever a handler put there."""
+    try:
+        return utf8_safe(value if isinstance(value, str) else str(value))
+    except Exception:  # a __str__ that raises
+        return f"<{type(value).__qualname__} without a readable text>"
 
 
 @dataclass(slots=True)
@@ -71,6 +93,8 @@ class Counters:
     dead: int = 0
     timed_out: int = 0
     redis_errors: int = 0
+    internal_errors: int = 0  # the worker's own machinery failed (see the worker's log)
+    loop_restarts: int = 0
 
     def progressed(self) -> None:
         self.last_progress = time.monotonic()
@@ -81,7 +105,7 @@ class WorkerHealth:
     """A worker's state for a supervisor: see :meth:`Worker.health`."""
 
     state: str  # starting, running, stopping, stopped
-    alive: bool  # the fetch loop ran within the last few safety intervals
+    alive: bool  # running, no loop given up on, and the fetch loop turned recently
     running: int  # handlers running now
     processed: int
     succeeded: int
@@ -91,6 +115,9 @@ class WorkerHealth:
     redis_errors: int
     seconds_since_progress: float  # since a task last finished (or the worker started)
     seconds_since_fetch: float
+    internal_errors: int = 0
+    loop_restarts: int = 0
+    reason: str | None = None  # why the worker is not alive; None while it is
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}

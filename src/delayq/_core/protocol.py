@@ -15,6 +15,7 @@ from typing import Any, Final, NamedTuple
 
 from ..exceptions import InvalidTaskError, ServerError
 from .models import DedupMode, Stats, to_datetime
+from .text import utf8_safe
 
 # Base64 re-lettered with an ASCII-sorted alphabet, so ids sort like the numbers they encode:
 # same-millisecond ties among one process's tasks come out in offer order.
@@ -167,19 +168,30 @@ def no_free_id() -> ServerError:
 def parse_offer(reply: Sequence[Any]) -> list[tuple[str, int]]:
     """(id, status) per task: 1 created, 2 replaced, 0 an existing task matched, 3 another
     task holds the id."""
-    return [(_str(reply[i]), int(reply[i + 1])) for i in range(0, len(reply), 2)]
+    return [(_id(reply[i]), int(reply[i + 1])) for i in range(0, len(reply), 2)]
 
 
 @dataclass(frozen=True, slots=True)
 class RawTask:
     """A delivered task before its envelope is decoded."""
 
-    id: str
+    id: str  # as Redis holds it, bytes that are not UTF-8 kept as lone surrogates
     envelope: bytes
     attempts: int
     due_ms: int
     priority: int
     token: str | None
+
+    @property
+    def id_bytes(self) -> bytes:
+        """The id exactly as Redis holds it, to address the task whatever another client
+        wrote."""
+        return self.id.encode("utf-8", "surrogateescape")
+
+    @property
+    def id_is_utf8(self) -> bool:
+        """Whether the id is text this library can hand to a handler (else it is buried)."""
+        return _utf8(self.id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +238,7 @@ def fetch_args(policy: Policy, count: int, keep_ms: int) -> list[Any]:
 def parse_fetch(reply: Sequence[Any]) -> FetchResult:
     tasks = [
         RawTask(
-            id=_str(reply[i]),
+            id=_id(reply[i]),
             envelope=bytes(reply[i + 1]),
             attempts=int(reply[i + 2]),
             due_ms=int(reply[i + 3]),
@@ -240,10 +252,12 @@ def parse_fetch(reply: Sequence[Any]) -> FetchResult:
 
 
 def nack_args(
-    policy: Policy, task_id: str, token: str, outcome: str, delay_ms: int, error: str
+    policy: Policy, task_id: str | bytes, token: str, outcome: str, delay_ms: int, error: str
 ) -> list[Any]:
+    """Arguments of a nack call; ``error`` may hold anything (it is made valid UTF-8)."""
     base, cap, factor = policy.backoff.args()
-    return [task_id, token, outcome, delay_ms, error[:4000], policy.max_attempts, base, cap, factor]
+    error = utf8_safe(error if isinstance(error, str) else str(error))[:4000]
+    return [task_id, token, outcome, delay_ms, error, policy.max_attempts, base, cap, factor]
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +282,7 @@ def parse_info(reply: Sequence[Any]) -> InfoReply:
         score_ms=score // 10,
         attempts=int(reply[3]),
         envelope=bytes(reply[4]) or None,
-        error=_str(reply[5]) or None,
+        error=_text(reply[5]) or None,
         expires_ms=int(float(reply[6])) if reply[6] else None,
     )
 
@@ -278,7 +292,7 @@ def parse_stats(reply: Sequence[Any]) -> dict[str, Any]:
     lateness = dict.fromkeys((*(ms / 1000 for ms in LATENESS_BUCKETS_MS), math.inf), 0)
     lateness_sum_ms, seen_ms = 0, None
     for i in range(8, len(reply), 2):
-        field, value = _str(reply[i]), int(reply[i + 1])
+        field, value = _text(reply[i]), int(reply[i + 1])
         if field == "seen_ms":
             seen_ms = value
         elif field == "late:sum":
@@ -328,10 +342,10 @@ def stats_from_reply(name: str, reply: Sequence[Any]) -> Stats:
 def parse_dead(reply: Sequence[Any]) -> list[tuple[str, int, int, str | None, bytes]]:
     return [
         (
-            _str(reply[i]),
+            _id(reply[i]),
             int(reply[i + 1]),
             int(reply[i + 2]),
-            _str(reply[i + 3]) or None,
+            _text(reply[i + 3]) or None,
             bytes(reply[i + 4]),
         )
         for i in range(0, len(reply), 5)
@@ -340,3 +354,14 @@ def parse_dead(reply: Sequence[Any]) -> list[tuple[str, int, int, str | None, by
 
 def _str(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _id(value: Any) -> str:
+    """A task id from Redis: bytes that are not UTF-8 (written by another client) survive as
+    lone surrogates, so that ``.encode("utf-8", "surrogateescape")`` gives them back."""
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
+
+
+def _text(value: Any) -> str:
+    """Text from Redis meant for reading (error texts): invalid UTF-8 shown as escapes."""
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)

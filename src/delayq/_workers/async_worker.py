@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -15,13 +16,16 @@ from typing import Any
 from .._async.queue import AsyncDelayQueue, AsyncTask
 from .._core.handling import Verdict, outcome_of
 from .._core.models import Backoff
+from .._core.text import printable
 from ..exceptions import DelayqError, LeaseLost
 from ..metrics._base import WorkerRecorder
 from .common import (
+    Delivery,
     Hooks,
     WorkerBase,
     WorkerOptions,
     call_hook,
+    internal_error_text,
     log_outcome,
 )
 
@@ -38,6 +42,8 @@ class AsyncWorker(WorkerBase):
     are extended while a handler runs; a handler running past ``timeout`` is cancelled and its
     task retried. ``run()`` returns after :meth:`stop` (or SIGTERM/SIGINT): fetching stops,
     running handlers get ``grace`` seconds, and every task not finished is handed back at once.
+    Each of its loops (fetch, run, ack, heartbeat, health) is restarted if it dies; one that
+    keeps dying stops the worker, and ``run()`` then raises :class:`~delayq.WorkerFailed`.
 
     ``visibility_timeout``, ``max_attempts`` and ``retry_backoff``, when given, override the
     queues' own lease and retry policy for the tasks this worker handles. ``metrics``: a
@@ -84,23 +90,24 @@ class AsyncWorker(WorkerBase):
         self._stopping.set()
 
     async def run(self) -> None:
-        """Work until stopped; then shut down gracefully and return."""
+        """Work until stopped; then shut down gracefully and return. Raises
+        :class:`~delayq.WorkerFailed` (after the shutdown) if a loop could not be kept going."""
         loop = asyncio.get_running_loop()
         installed = self._install_signals(loop)
         self._state = "running"
         self._metrics.worker_started([q.name for q in self._queues])
         buffers = [asyncio.Queue[AsyncTask]() for _ in self._queues]
         helpers = [
-            asyncio.create_task(self._ack_loop(), name="delayq-worker-ack"),
-            asyncio.create_task(self._heartbeat_loop(), name="delayq-worker-heartbeat"),
-            asyncio.create_task(self._health_loop(), name="delayq-worker-health"),
+            self._start("ack", self._ack_loop),
+            self._start("heartbeat", self._heartbeat_loop),
+            self._start("health", self._health_loop),
         ]
         fetchers = [
-            asyncio.create_task(self._fetch_loop(i, buffers[i]), name=f"delayq-worker-fetch-{i}")
+            self._start("fetch", functools.partial(self._fetch_loop, i, buffers[i]), i)
             for i in range(len(self._queues))
         ]
         runners = [
-            asyncio.create_task(self._run_loop(i, buffers[i]), name=f"delayq-worker-run-{i}")
+            self._start("run", functools.partial(self._run_loop, i, buffers[i]), i)
             for i in range(len(self._queues))
             for _ in range(self._options.slots)
         ]
@@ -123,8 +130,36 @@ class AsyncWorker(WorkerBase):
             self._metrics.worker_stopped([q.name for q in self._queues])
             self._write_health()
             log.info("delayq worker stopped: processed=%d", self._counters.processed)
+        self._supervisor.raise_if_failed()
 
     # -- loops ------------------------------------------------------------------------------
+
+    def _start(
+        self, name: str, loop: Callable[[], Awaitable[None]], index: int | None = None
+    ) -> asyncio.Task[None]:
+        queue = "" if index is None else self._queues[index].name
+        suffix = "" if index is None else f"-{index}"
+        return asyncio.create_task(
+            self._supervised(name, queue, loop), name=f"delayq-worker-{name}{suffix}"
+        )
+
+    async def _supervised(self, name: str, queue: str, loop: Callable[[], Awaitable[None]]) -> None:
+        """Run one of the worker's loops; start it again if it dies, or stop the worker."""
+        while True:
+            try:
+                await loop()
+                return
+            except Exception as exc:  # a dead task would go unnoticed: never let one die
+                delay = self._loop_died(name, queue, exc)
+            if delay is None:
+                self.stop()
+                return
+            if queue:  # fetching and running end with the shutdown; the helpers are cancelled
+                await _sleep_unless(self._stopping, delay)
+                if self._stopping.is_set():
+                    return
+            else:
+                await asyncio.sleep(delay)
 
     async def _fetch_loop(self, index: int, buffer: asyncio.Queue[AsyncTask]) -> None:
         queue = self._queues[index]
@@ -146,12 +181,12 @@ class AsyncWorker(WorkerBase):
                 await _sleep_unless(self._stopping, backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
+            for task in tasks:  # held first: the heartbeat keeps these leases whatever follows
+                self._held[(index, task.id)] = task
+                buffer.put_nowait(task)
             self._counters.last_fetch = time.monotonic()
             self._metrics.heartbeat(queue.name)
             self._metrics.delivered(queue.name, tasks)
-            for task in tasks:
-                self._held[(index, task.id)] = task
-                buffer.put_nowait(task)
 
     async def _wait_for_space(self) -> None:
         self._space.clear()
@@ -165,16 +200,19 @@ class AsyncWorker(WorkerBase):
             current = asyncio.current_task()
             assert current is not None
             self._running[key] = current
-            self._metrics.handler_started(queue.name)
+            run = Delivery(index, task)
             try:
-                await self._process(index, queue, task)
+                self._metrics.handler_started(queue.name)
+                await self._process(queue, run)
+            except Exception as exc:  # the worker's own code failed on this task
+                await self._recover(queue, run, "run", exc)
             finally:
                 self._metrics.handler_ended(queue.name)
                 self._running.pop(key, None)
                 self._space.set()
 
-    async def _process(self, index: int, queue: AsyncDelayQueue, task: AsyncTask) -> None:
-        hooks, started = self._hooks, time.monotonic()
+    async def _process(self, queue: AsyncDelayQueue, run: Delivery) -> None:
+        index, task, hooks, started = run.index, run.task, self._hooks, run.started
         call_hook(log, hooks.on_start, task)
         error: BaseException | None = None
         try:
@@ -202,13 +240,14 @@ class AsyncWorker(WorkerBase):
             self._counters.succeeded += 1
             self._acking.add((index, task.id))
             self._done[index].append(task)
+            run.settled = True
             self._ack_ready.set()
             self._metrics.task_done(queue.name, task, "acked", duration)
             call_hook(log, hooks.on_success, task, result, duration)
             return
         self._counters.failed += 1
         self._held.pop((index, task.id), None)
-        try:
+        try:  # an error other than these is the worker's own: _recover retries the task
             if outcome.verdict is Verdict.REJECT:
                 await queue.reject(task, outcome.error)
             else:
@@ -216,15 +255,42 @@ class AsyncWorker(WorkerBase):
             label = "dead" if outcome.dead else "retried"
         except LeaseLost:
             label = "failed"  # not recorded: the task comes back when its lease expires
-            log.warning("delayq worker: lease on %s lost before its failure was recorded", task.id)
+            log.warning(
+                "delayq worker: lease on %s lost before its failure was recorded",
+                printable(task.id),
+            )
         except DelayqError as exc:
             label = "failed"
-            log.warning("delayq worker: could not record failure of %s: %s", task.id, exc)
+            log.warning(
+                "delayq worker: could not record failure of %s: %s",
+                printable(task.id), printable(exc),
+            )  # fmt: skip
+        run.settled = True
         self._metrics.task_done(queue.name, task, label, duration)
         call_hook(log, hooks.on_failure, task, error)
         if outcome.dead:
             self._counters.dead += 1
             call_hook(log, hooks.on_dead, task, error)
+
+    async def _recover(
+        self, queue: AsyncDelayQueue, run: Delivery, where: str, exc: BaseException
+    ) -> None:
+        """The worker's own code failed on ``run``: log and count it, and unless its verdict
+        already went to Redis, retry the task (dead-lettered after max_attempts like any)."""
+        self._internal_error(where, queue.name, run.task.id, exc)
+        if run.settled:
+            return
+        run.settled = True
+        self._held.pop((run.index, run.task.id), None)
+        try:
+            await queue.retry(run.task, error=internal_error_text(exc))
+        except LeaseLost:
+            pass  # it already comes back by the lease
+        except Exception as again:  # its lease runs out, and the fetch retries or buries it
+            log.warning(
+                "delayq worker: could not retry %s after an internal error (%s); it comes "
+                "back when its lease expires", printable(run.task.id), printable(again),
+            )  # fmt: skip
 
     async def _ack_loop(self) -> None:
         while True:
@@ -241,16 +307,31 @@ class AsyncWorker(WorkerBase):
                 acked = await queue.ack_many(batch)
             except DelayqError as exc:  # leases stay held: the heartbeat keeps them alive
                 self._counters.redis_errors += 1
-                log.warning("delayq worker: ack of %d tasks failed (%s); retrying", len(batch), exc)
+                log.warning(
+                    "delayq worker: ack of %d tasks failed (%s); retrying",
+                    len(batch), printable(exc),
+                )  # fmt: skip
                 self._done[index] = batch + self._done[index]
                 await asyncio.sleep(0.5)
                 self._ack_ready.set()
                 continue
+            except Exception:  # not Redis: one task's ack is broken; ack the others alone
+                acked = [await self._ack_alone(queue, task) for task in batch]
             for task, ok in zip(batch, acked, strict=True):
                 self._held.pop((index, task.id), None)
                 self._acking.discard((index, task.id))
-                if not ok:
-                    log.warning("delayq worker: lease on %s lost before its ack", task.id)
+                if ok is False:
+                    log.warning(
+                        "delayq worker: lease on %s lost before its ack", printable(task.id)
+                    )
+
+    async def _ack_alone(self, queue: AsyncDelayQueue, task: AsyncTask) -> bool | None:
+        """Ack one task; None if even that fails (its lease expires and it comes back)."""
+        try:
+            return (await queue.ack_many([task]))[0]
+        except Exception as exc:
+            self._internal_error("ack", queue.name, task.id, exc)
+            return None
 
     async def _heartbeat_loop(self) -> None:
         """Keep every held lease (buffered or running) alive while this worker has it."""
@@ -264,9 +345,12 @@ class AsyncWorker(WorkerBase):
                     await queue.extend(task, queue._policy.lease_ms / 1000)
                 except LeaseLost:
                     self._held.pop((index, task_id), None)
-                    log.warning("delayq worker: lease on %s expired while held", task_id)
+                    log.warning("delayq worker: lease on %s expired while held", printable(task_id))
                 except DelayqError as exc:
-                    log.warning("delayq worker: heartbeat failed (%s)", exc)
+                    log.warning("delayq worker: heartbeat failed (%s)", printable(exc))
+                except Exception as exc:  # not Redis: let this lease run out, keep the others
+                    self._held.pop((index, task_id), None)
+                    self._internal_error("heartbeat", queue.name, task_id, exc)
 
     async def _health_loop(self) -> None:
         while True:
@@ -311,7 +395,8 @@ class AsyncWorker(WorkerBase):
 
     async def _release(self, index: int, task: AsyncTask) -> None:
         self._held.pop((index, task.id), None)
-        with contextlib.suppress(DelayqError):
+        # Whatever fails here, the shutdown goes on: the task comes back after its lease.
+        with contextlib.suppress(Exception):
             await self._queues[index].release(task)
 
     def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from .._core.handling import Counters, Outcome, Verdict, WorkerHealth
+from .._core.handling import Counters, Outcome, Verdict, WorkerHealth, describe
 from .._core.protocol import MAX_BATCH
-from ..exceptions import ConfigError
+from .._core.text import printable, utf8_safe
+from ..exceptions import ConfigError, WorkerFailed
 from ..metrics._base import NOOP, WorkerRecorder
+
+log = logging.getLogger("delayq.worker")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +90,7 @@ def log_outcome(
     if outcome.verdict is Verdict.ACK and not log.isEnabledFor(logging.DEBUG):
         return  # the hot path: no string building for a log line nobody reads
     fields = (
-        f"queue={queue} task={task.id} attempt={task.attempts} "
+        f"queue={queue} task={printable(task.id)} attempt={task.attempts} "
         f"lateness_ms={task.lateness_ms} duration_ms={duration * 1000:.1f}"
     )
     if outcome.verdict is Verdict.ACK:
@@ -99,8 +104,10 @@ def log_outcome(
 
 
 def _first_line(text: str) -> str:
+    """The last non-blank line of an error (the exception itself), safe for a log line: an
+    error text carries task data, and task data may carry terminal escapes."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+    return printable(lines[-1]) if lines else ""
 
 
 def write_health_file(path: str, health: WorkerHealth) -> None:
@@ -123,12 +130,26 @@ def call_hook(log: logging.Logger, hook: Callable[..., Any] | None, *args: Any) 
         log.exception("delayq worker: hook %r failed", hook)
 
 
-def health_of(state: str, counters: Counters, running: int, queues: Sequence[Any]) -> WorkerHealth:
+def health_of(
+    state: str,
+    counters: Counters,
+    running: int,
+    queues: Sequence[Any],
+    failure: str | None = None,
+) -> WorkerHealth:
     now = time.monotonic()
-    safety = max(q._safety_s for q in queues)
+    stale_after = 3 * max(q._safety_s for q in queues) + 5
+    since_fetch = now - counters.last_fetch
+    reason = None
+    if failure is not None:
+        reason = failure
+    elif state != "running":
+        reason = f"the worker is {state}"
+    elif since_fetch >= stale_after:
+        reason = f"no fetch for {since_fetch:.1f}s"
     return WorkerHealth(
         state=state,
-        alive=state == "running" and now - counters.last_fetch < 3 * safety + 5,
+        alive=reason is None,
         running=running,
         processed=counters.processed,
         succeeded=counters.succeeded,
@@ -137,8 +158,91 @@ def health_of(state: str, counters: Counters, running: int, queues: Sequence[Any
         timed_out=counters.timed_out,
         redis_errors=counters.redis_errors,
         seconds_since_progress=round(now - counters.last_progress, 3),
-        seconds_since_fetch=round(now - counters.last_fetch, 3),
+        seconds_since_fetch=round(since_fetch, 3),
+        internal_errors=counters.internal_errors,
+        loop_restarts=counters.loop_restarts,
+        reason=reason,
     )
+
+
+@dataclass(eq=False)
+class Delivery:
+    """One task in a worker's hands, from its handler's start until its verdict is recorded."""
+
+    index: int  # of its queue in the worker's list
+    task: Any
+    started: float = field(default_factory=time.monotonic)
+    settled: bool = False  # the verdict went to Redis: an internal error must not retry it
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPolicy:
+    """When a worker loop that died is started again, and when the worker gives up on it."""
+
+    max_deaths: int = 5  # deaths of one loop within window_s that fail the worker
+    window_s: float = 60.0
+    first_backoff_s: float = 0.05  # doubled for each death still in the window
+    max_backoff_s: float = 5.0
+
+
+@dataclass
+class LoopSupervisor:
+    """The bookkeeping of supervised worker loops (fetch, run, ack, heartbeat): the thread and
+    asyncio workers each restart a loop that raised, after the delay :meth:`died` returns, and
+    stop with :attr:`failure` as the reason once it returns None."""
+
+    counters: Counters
+    policy: RestartPolicy = field(default_factory=RestartPolicy)
+    failure: str | None = None
+    _deaths: dict[str, list[float]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # thread loops die together
+
+    def died(self, loop: str, exc: BaseException) -> float | None:
+        """Record that ``loop`` raised ``exc``; the seconds to wait before starting it again,
+        or None if it died too often and the worker must stop."""
+        now = time.monotonic()
+        with self._lock:
+            deaths = [t for t in self._deaths.get(loop, []) if now - t < self.policy.window_s]
+            deaths.append(now)
+            self._deaths[loop] = deaths
+            self.counters.internal_errors += 1
+            given_up = len(deaths) >= self.policy.max_deaths
+            if given_up and self.failure is None:
+                self.failure = printable(
+                    f"the {loop} died {len(deaths)} times within "
+                    f"{self.policy.window_s:g}s; last error: {_summary(exc)}"
+                )
+            if not given_up:
+                self.counters.loop_restarts += 1
+        trace = printable(describe(exc), keep_newlines=True)
+        if given_up:
+            log.critical("delayq worker: %s; stopping the worker\n%s", self.failure, trace)
+            return None
+        backoff = self.policy.first_backoff_s * 2.0 ** (len(deaths) - 1)
+        delay = min(backoff, self.policy.max_backoff_s)
+        log.error(
+            "delayq worker: the %s died (%s); restarting it in %.2fs\n%s",
+            loop, printable(_summary(exc)), delay, trace,
+        )  # fmt: skip
+        return delay
+
+    def raise_if_failed(self) -> None:
+        """End ``run()`` with :class:`WorkerFailed` if a loop could not be kept running."""
+        if self.failure is not None:
+            raise WorkerFailed(f"delayq worker stopped: {self.failure}")
+
+
+def _summary(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:  # a __str__ that raises
+        text = ""
+    return f"{type(exc).__qualname__}: {text}" if text else type(exc).__qualname__
+
+
+def internal_error_text(exc: BaseException) -> str:
+    """The last error recorded on a task that the worker itself failed on (not its handler)."""
+    return utf8_safe(f"delayq worker internal error: {describe(exc)}")
 
 
 def apply_policy(
@@ -199,11 +303,43 @@ class WorkerBase:
         self._done: list[list[Any]] = [[] for _ in queues]
         self._acking: set[tuple[int, str]] = set()  # done, ack on its way: no heartbeat
         self._signals = 0
+        self._supervisor = LoopSupervisor(self._counters)
+        self._health_error: str | None = None
 
     def health(self) -> WorkerHealth:
-        """Whether the loop is alive and when it last made progress."""
-        return health_of(self._state, self._counters, len(self._running), self._queues)
+        """Whether the worker is alive (running, every loop kept going, fetching recently; if
+        not, ``reason`` says why) and when it last made progress."""
+        return health_of(
+            self._state, self._counters, len(self._running), self._queues,
+            self._supervisor.failure,
+        )  # fmt: skip
 
     def _write_health(self) -> None:
-        if self._options.health_file:
+        if not self._options.health_file:
+            return
+        try:
             write_health_file(self._options.health_file, self.health())
+        except OSError as exc:  # a full disk must not stop the work; say so once per cause
+            if str(exc) != self._health_error:
+                self._health_error = str(exc)
+                log.warning("delayq worker: cannot write the health file: %s", printable(exc))
+        else:
+            self._health_error = None
+
+    def _loop_died(self, loop: str, queue: str, exc: BaseException) -> float | None:
+        """A supervised loop raised: meter it and ask the supervisor whether to restart it."""
+        with contextlib.suppress(Exception):
+            self._metrics.internal_error(queue, f"{loop} loop")
+        return self._supervisor.died(f"{loop} loop of {queue}" if queue else f"{loop} loop", exc)
+
+    def _internal_error(self, where: str, queue: str, task_id: object, exc: BaseException) -> None:
+        """Log (once, with the task id), count and meter a failure of the worker's own code
+        while it handled one task; the caller then retries the task or leaves it to its lease."""
+        self._counters.internal_errors += 1
+        with contextlib.suppress(Exception):  # a broken recorder must not add an error
+            self._metrics.internal_error(queue, where)
+        log.error(
+            "delayq worker: internal error (%s) on task %s of %s: %s\n%s",
+            where, printable(task_id), queue, printable(_summary(exc)),
+            printable(describe(exc), keep_newlines=True),
+        )  # fmt: skip

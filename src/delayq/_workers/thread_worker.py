@@ -14,14 +14,17 @@ from typing import Any
 
 from .._core.handling import Verdict, outcome_of
 from .._core.models import Backoff
+from .._core.text import printable
 from .._sync.queue import DelayQueue, Task
 from ..exceptions import DelayqError, LeaseLost
 from ..metrics._base import WorkerRecorder
 from .common import (
+    Delivery,
     Hooks,
     WorkerBase,
     WorkerOptions,
     call_hook,
+    internal_error_text,
     log_outcome,
 )
 
@@ -31,11 +34,8 @@ Handler = Callable[[Task], Any]
 
 
 @dataclass(eq=False)
-class _Run:
-    index: int
-    task: Task
+class _Run(Delivery):
     thread: threading.Thread = field(default_factory=threading.current_thread)
-    started: float = field(default_factory=time.monotonic)
     abandoned: bool = False  # timed out or cut off by shutdown: its result no longer counts
     finished: bool = False  # the handler returned first: it can no longer be abandoned
 
@@ -48,6 +48,8 @@ class Worker(WorkerBase):
     choose; leases are extended while handlers run. A handler running past ``timeout`` cannot be
     killed (it is a thread): it is abandoned, its task retried, and a fresh thread takes its
     slot. ``run()`` blocks until :meth:`stop` or SIGTERM/SIGINT, then shuts down gracefully.
+    Each of its loops (fetch, run, ack, upkeep) is restarted if it dies; one that keeps dying
+    stops the worker, and ``run()`` then raises :class:`~delayq.WorkerFailed`.
 
     ``visibility_timeout``, ``max_attempts`` and ``retry_backoff``, when given, override the
     queues' own lease and retry policy for the tasks this worker handles. ``metrics``: a
@@ -97,16 +99,18 @@ class Worker(WorkerBase):
         self._stopping.set()
 
     def run(self) -> None:
-        """Work until stopped; then shut down gracefully and return."""
+        """Work until stopped; then shut down gracefully and return. Raises
+        :class:`~delayq.WorkerFailed` (after the shutdown) if a loop could not be kept going."""
         previous = self._install_signals()
         self._state = "running"
         self._metrics.worker_started([q.name for q in self._queues])
         fetchers = [
-            self._thread(self._fetch_loop, i, name="fetch") for i in range(len(self._queues))
+            self._thread(self._fetch_loop, i, name="fetch", queue=q.name)
+            for i, q in enumerate(self._queues)
         ]
         self._runners = [
-            self._thread(self._run_loop, i, name="run")
-            for i in range(len(self._queues))
+            self._thread(self._run_loop, i, name="run", queue=q.name)
+            for i, q in enumerate(self._queues)
             for _ in range(self._options.slots)
         ]
         helpers = [
@@ -134,15 +138,39 @@ class Worker(WorkerBase):
             self._metrics.worker_stopped([q.name for q in self._queues])
             self._write_health()
             log.info("delayq worker stopped: processed=%d", self._counters.processed)
+        self._supervisor.raise_if_failed()
 
     # -- threads ----------------------------------------------------------------------------
 
-    def _thread(self, target: Callable[..., None], *args: Any, name: str) -> threading.Thread:
+    def _thread(
+        self, target: Callable[..., None], *args: Any, name: str, queue: str = ""
+    ) -> threading.Thread:
         thread = threading.Thread(
-            target=target, args=args, name=f"delayq-worker-{name}", daemon=True
+            target=self._supervised,
+            args=(target, args, name, queue),
+            name=f"delayq-worker-{name}",
+            daemon=True,
         )
         thread.start()
         return thread
+
+    def _supervised(
+        self, target: Callable[..., None], args: tuple[Any, ...], name: str, queue: str
+    ) -> None:
+        """Run one of the worker's loops; start it again if it dies, or stop the worker."""
+        # The helpers work on through the shutdown; fetching and running end with it.
+        until = self._finished if name in ("ack", "upkeep") else self._stopping
+        while True:
+            try:
+                target(*args)
+                return
+            except BaseException as exc:  # a dead thread would go unnoticed: never let one die
+                delay = self._loop_died(name, queue, exc)
+            if delay is None:
+                self.stop()
+                return
+            if until.wait(delay):
+                return
 
     def _fetch_loop(self, index: int) -> None:
         queue, buffer = self._queues[index], self._buffers[index]
@@ -166,14 +194,14 @@ class Worker(WorkerBase):
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
-            self._counters.last_fetch = time.monotonic()
-            self._metrics.heartbeat(queue.name)
-            self._metrics.delivered(queue.name, tasks)
-            with self._lock:
+            with self._lock:  # held first: the heartbeat keeps these leases whatever follows
                 for task in tasks:
                     self._held[(index, task.id)] = task
             for task in tasks:
                 buffer.put(task)
+            self._counters.last_fetch = time.monotonic()
+            self._metrics.heartbeat(queue.name)
+            self._metrics.delivered(queue.name, tasks)
 
     def _run_loop(self, index: int) -> None:
         queue, buffer = self._queues[index], self._buffers[index]
@@ -185,9 +213,11 @@ class Worker(WorkerBase):
             run = _Run(index, task)
             with self._lock:
                 self._running[(index, task.id)] = run
-            self._metrics.handler_started(queue.name)
             try:
+                self._metrics.handler_started(queue.name)
                 self._process(queue, run)
+            except BaseException as exc:  # the worker's own code failed on this task
+                self._recover(queue, run, "run", exc)
             finally:
                 self._metrics.handler_ended(queue.name)
                 with self._lock:
@@ -204,12 +234,15 @@ class Worker(WorkerBase):
         result: Any = None
         try:
             result = self._handler(task)
-        except Exception as exc:  # the worker never dies from a task
+        except BaseException as exc:  # the worker never dies from a task (not even sys.exit)
             error = exc
         with self._lock:  # exactly one of "finished" and "abandoned" wins
             run.finished = not run.abandoned
         if not run.finished:
-            log.warning("delayq worker: abandoned handler for %s returned; result ignored", task.id)
+            log.warning(
+                "delayq worker: abandoned handler for %s returned; result ignored",
+                printable(task.id),
+            )
             return
         duration = time.monotonic() - run.started
         self._settle(queue, run, error, result, duration)
@@ -232,6 +265,7 @@ class Worker(WorkerBase):
             with self._lock:
                 self._acking.add((index, task.id))
                 self._done[index].append(task)
+                run.settled = True
             self._ack_ready.set()
             self._metrics.task_done(queue.name, task, "acked", duration)
             call_hook(log, hooks.on_success, task, result, duration)
@@ -239,7 +273,7 @@ class Worker(WorkerBase):
         self._counters.failed += 1
         with self._lock:
             self._held.pop((index, task.id), None)
-        try:
+        try:  # an error other than these is the worker's own: _recover retries the task
             if outcome.verdict is Verdict.REJECT:
                 queue.reject(task, outcome.error)
             else:
@@ -247,15 +281,41 @@ class Worker(WorkerBase):
             label = "dead" if outcome.dead else "retried"
         except LeaseLost:
             label = "failed"  # not recorded: the task comes back when its lease expires
-            log.warning("delayq worker: lease on %s lost before its failure was recorded", task.id)
+            log.warning(
+                "delayq worker: lease on %s lost before its failure was recorded",
+                printable(task.id),
+            )
         except DelayqError as exc:
             label = "failed"
-            log.warning("delayq worker: could not record failure of %s: %s", task.id, exc)
+            log.warning(
+                "delayq worker: could not record failure of %s: %s",
+                printable(task.id), printable(exc),
+            )  # fmt: skip
+        run.settled = True
         self._metrics.task_done(queue.name, task, label, duration)
         call_hook(log, hooks.on_failure, task, error)
         if outcome.dead:
             self._counters.dead += 1
             call_hook(log, hooks.on_dead, task, error)
+
+    def _recover(self, queue: DelayQueue, run: _Run, where: str, exc: BaseException) -> None:
+        """The worker's own code failed on ``run``: log and count it, and unless its verdict
+        already went to Redis, retry the task (dead-lettered after max_attempts like any)."""
+        self._internal_error(where, queue.name, run.task.id, exc)
+        with self._lock:
+            if run.settled:
+                return
+            run.settled = True
+            self._held.pop((run.index, run.task.id), None)
+        try:
+            queue.retry(run.task, error=internal_error_text(exc))
+        except LeaseLost:
+            pass  # it already comes back by the lease
+        except Exception as again:  # its lease runs out, and the fetch retries or buries it
+            log.warning(
+                "delayq worker: could not retry %s after an internal error (%s); it comes "
+                "back when its lease expires", printable(run.task.id), printable(again),
+            )  # fmt: skip
 
     def _ack_loop(self) -> None:
         while not self._finished.is_set():
@@ -273,18 +333,33 @@ class Worker(WorkerBase):
                 acked = queue.ack_many(batch)
             except DelayqError as exc:  # leases stay held: the heartbeat keeps them alive
                 self._counters.redis_errors += 1
-                log.warning("delayq worker: ack of %d tasks failed (%s); retrying", len(batch), exc)
+                log.warning(
+                    "delayq worker: ack of %d tasks failed (%s); retrying",
+                    len(batch), printable(exc),
+                )  # fmt: skip
                 with self._lock:
                     self._done[index] = batch + self._done[index]
                 self._stopping.wait(0.5)
                 continue
+            except Exception:  # not Redis: one task's ack is broken; ack the others alone
+                acked = [self._ack_alone(queue, task) for task in batch]
             with self._lock:
                 for task in batch:
                     self._held.pop((index, task.id), None)
                     self._acking.discard((index, task.id))
             for task, ok in zip(batch, acked, strict=True):
-                if not ok:
-                    log.warning("delayq worker: lease on %s lost before its ack", task.id)
+                if ok is False:
+                    log.warning(
+                        "delayq worker: lease on %s lost before its ack", printable(task.id)
+                    )
+
+    def _ack_alone(self, queue: DelayQueue, task: Task) -> bool | None:
+        """Ack one task; None if even that fails (its lease expires and it comes back)."""
+        try:
+            return queue.ack_many([task])[0]
+        except Exception as exc:
+            self._internal_error("ack", queue.name, task.id, exc)
+            return None
 
     def _upkeep_loop(self) -> None:
         """Heartbeat (extend held leases), timeouts and the health file."""
@@ -316,13 +391,19 @@ class Worker(WorkerBase):
                 run.abandoned = True
                 del self._running[(run.index, run.task.id)]
         for run in overdue:
+            queue = self._queues[run.index]
             with self._lock:  # shutdown must not wait for a thread it gave up on
                 if run.thread in self._runners:
                     self._runners.remove(run.thread)
             self._counters.timed_out += 1
             error = TimeoutError(f"handler timed out after {timeout}s (abandoned)")
-            self._settle(self._queues[run.index], run, error, None, now - run.started)
-            self._runners.append(self._thread(self._run_loop, run.index, name="run"))
+            try:
+                self._settle(queue, run, error, None, now - run.started)
+            except Exception as exc:  # the worker's own code failed on this task
+                self._recover(queue, run, "timeout", exc)
+            self._runners.append(
+                self._thread(self._run_loop, run.index, name="run", queue=queue.name)
+            )
 
     def _extend_held(self) -> None:
         with self._lock:
@@ -334,9 +415,13 @@ class Worker(WorkerBase):
             except LeaseLost:
                 with self._lock:
                     self._held.pop((index, task_id), None)
-                log.warning("delayq worker: lease on %s expired while held", task_id)
+                log.warning("delayq worker: lease on %s expired while held", printable(task_id))
             except DelayqError as exc:
-                log.warning("delayq worker: heartbeat failed (%s)", exc)
+                log.warning("delayq worker: heartbeat failed (%s)", printable(exc))
+            except Exception as exc:  # not Redis: let this lease run out, keep the others
+                with self._lock:
+                    self._held.pop((index, task_id), None)
+                self._internal_error("heartbeat", queue.name, task_id, exc)
 
     # -- shutdown ---------------------------------------------------------------------------
 
@@ -376,11 +461,11 @@ class Worker(WorkerBase):
             self._held.pop((index, task.id), None)
         try:
             self._queues[index].release(task)
-        except DelayqError as exc:
+        except Exception as exc:  # whatever it is, the shutdown goes on
             log.warning(
                 "delayq worker: could not hand back %s (%s); it returns after its lease",
-                task.id,
-                exc,
+                printable(task.id),
+                printable(exc),
             )
 
     def _install_signals(self) -> dict[int, Any]:

@@ -61,6 +61,10 @@ class WorkerRecorder(Protocol):
     def task_done(self, queue: str, task: Any, outcome: str, duration_s: float) -> None:
         """The verdict on one handler run: ``outcome`` is one of :data:`OUTCOMES`."""
 
+    def internal_error(self, queue: str, where: str) -> None:
+        """The worker's own code failed (not a handler): on a task of ``queue`` or in a loop
+        (``queue`` is '' for the loops shared by every queue); ``where`` names the step."""
+
 
 class NoopMetrics:
     """The recorder used when a worker was given none: every call does nothing."""
@@ -84,6 +88,9 @@ class NoopMetrics:
         pass
 
     def task_done(self, queue: str, task: Any, outcome: str, duration_s: float) -> None:
+        pass
+
+    def internal_error(self, queue: str, where: str) -> None:
         pass
 
 

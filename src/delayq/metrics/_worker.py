@@ -62,6 +62,12 @@ class WorkerMetrics:
             "1 while the worker runs on the queue, 0 once it stopped.",
             ["queue"], registry=registry,
         )  # fmt: skip
+        self.internal_errors = Counter(
+            "delayq_worker_internal_errors",
+            "Failures of the worker's own code (not of handlers), by queue and where they "
+            "happened ('' queue: a loop shared by every queue).",
+            ["queue", "where"], registry=registry,
+        )  # fmt: skip
         # Redis clock minus this host's clock, per queue, as of the latest fetch.
         self._offset_s: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -100,6 +106,9 @@ class WorkerMetrics:
 
     def handler_ended(self, queue: str) -> None:
         self.in_progress.labels(queue).dec()
+
+    def internal_error(self, queue: str, where: str) -> None:
+        self.internal_errors.labels(queue, where).inc()
 
     def task_done(self, queue: str, task: Any, outcome: str, duration_s: float) -> None:
         self.tasks.labels(queue, outcome).inc()
