@@ -1,0 +1,26 @@
+"""A transactional outbox on PostgreSQL: tasks that exist if and only if their transaction
+committed (the ``postgres`` extra: ``pip install 'delayq[postgres]'``; docs/outbox.md).
+
+- :class:`Outbox` / :class:`AsyncOutbox` write offers, cancels and reschedules as rows in the
+  caller's own transaction (psycopg 3 or SQLAlchemy 2 connections).
+- :class:`Relay` / :class:`AsyncRelay` move committed rows into their queues, woken by
+  LISTEN/NOTIFY; ``delayq relay`` runs one.
+"""
+
+from __future__ import annotations
+
+from ._outbox import AsyncOutbox, DeadRow, Outbox, OutboxStatus, QueueBacklog
+from ._relay import AsyncRelay, Relay, RelayStats
+from ._rows import QueueFormat
+
+__all__ = [
+    "AsyncOutbox",
+    "AsyncRelay",
+    "DeadRow",
+    "Outbox",
+    "OutboxStatus",
+    "QueueBacklog",
+    "QueueFormat",
+    "Relay",
+    "RelayStats",
+]

@@ -1,0 +1,419 @@
+"""AsyncRelay and Relay: move committed outbox rows into their delayq queues.
+
+A relay LISTENs on the outbox's channel and, when a commit wakes it (or every
+``sweep_interval``, in case a notification was lost), claims pending rows in batches with
+``SELECT ... FOR UPDATE SKIP LOCKED``, applies them to Redis and deletes them in the same
+database transaction. Hence:
+
+- any number of relays can run: a row is held by one relay at a time;
+- a relay that dies mid-batch applied nothing to the database: its rows unlock and are
+  offered again, under the ids the producers drew, so Redis matches them to the tasks already
+  written (an offer of a live task's id with the same content is a no-op);
+- Redis down or hung: the batch rolls back, the rows wait and flow once Redis answers;
+- PostgreSQL down: the relay reconnects with backoff, then sweeps what it may have missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .._async.queue import AsyncDelayQueue
+from .._core.models import DedupMode
+from .._core.protocol import OfferSpec
+from ..exceptions import ConfigError, DelayqError, InvalidTaskError, RedisUnavailable, ServerError
+from ._conn import require_psycopg
+from ._rows import Claimed, check_row
+from ._schema import DEFAULT_BATCH, Schema, for_psycopg
+
+log = logging.getLogger("delayq.outbox")
+
+_FIRST_BACKOFF_S: Final = 0.05
+# Redis errors that say nothing about the row being applied: wait and try the batch again.
+_REDIS_DOWN: Final = (RedisUnavailable, ServerError)
+
+
+@dataclass(slots=True)
+class RelayStats:
+    """What one relay did since it started (its own work, not the other relays')."""
+
+    offered: int = 0
+    cancelled: int = 0
+    rescheduled: int = 0
+    dead: int = 0
+    batches: int = 0
+    reconnects: int = 0
+    last_lag_s: float | None = None  # age of the oldest row of the last batch, DB clock
+    redis_errors: int = 0
+    database_errors: int = 0
+
+
+class AsyncRelay:
+    """Relays committed outbox rows to Redis until :meth:`stop` (see the module docstring).
+
+    Args:
+        dsn: the PostgreSQL connection string (the relay keeps two connections: one LISTENs,
+            one claims rows).
+        redis: a Redis URL or ``redis.asyncio`` client, as for ``AsyncDelayQueue``.
+        table, schema: the outbox table, as given to the ``Outbox``.
+        batch_size: rows claimed per database transaction.
+        sweep_interval: seconds between looks at the table when no notification arrives;
+            only bounds the delay of a row whose notification was lost.
+        redis_timeout: how long one Redis call keeps retrying before the batch rolls back.
+        max_backoff: the longest wait between reconnection attempts.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        redis: Any = None,
+        *,
+        table: str = "delayq_outbox",
+        schema: str | None = None,
+        batch_size: int = DEFAULT_BATCH,
+        sweep_interval: float = 5.0,
+        redis_timeout: float = 5.0,
+        max_backoff: float = 5.0,
+    ) -> None:
+        if not isinstance(dsn, str) or not dsn:
+            raise ConfigError("the relay needs a PostgreSQL DSN (a connection string)")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ConfigError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        for name, value in (
+            ("sweep_interval", sweep_interval),
+            ("redis_timeout", redis_timeout),
+            ("max_backoff", max_backoff),
+        ):
+            if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+                raise ConfigError(f"{name} must be a number of seconds > 0, got {value!r}")
+        self._psycopg = require_psycopg()
+        self._dsn = dsn
+        self._redis = redis
+        self._schema = Schema(table, schema)
+        self._claim = for_psycopg(self._schema.claim)
+        self._delete = for_psycopg(self._schema.delete)
+        self._bury = for_psycopg(self._schema.bury)
+        self._batch = batch_size
+        self._sweep_s = float(sweep_interval)
+        self._redis_timeout = float(redis_timeout)
+        self._max_backoff = float(max_backoff)
+        self._queues: dict[tuple[str, str], AsyncDelayQueue] = {}
+        self._stop_event: asyncio.Event | None = None
+        self._stopping = False
+        self.stats = RelayStats()
+        self.connected = asyncio.Event()  # set while both connections are up (for tests)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return after the batch in hand (call from the relay's loop)."""
+        self._stopping = True
+        if self._stop_event is not None:
+            self._stop_event.set()
+
+    async def run(self) -> None:
+        """Relay until :meth:`stop`; database and Redis outages are waited out, not raised."""
+        self._stop_event = asyncio.Event()
+        if self._stopping:
+            self._stop_event.set()
+        backoff = _FIRST_BACKOFF_S
+        try:
+            while not self._stopping:
+                try:
+                    await self._serve()
+                    backoff = _FIRST_BACKOFF_S
+                except self._psycopg.Error as exc:
+                    self.connected.clear()
+                    self.stats.database_errors += 1
+                    log.warning("outbox relay: PostgreSQL: %s; again in %.2fs", exc, backoff)
+                    await self._pause(backoff)
+                    backoff = min(backoff * 2, self._max_backoff)
+                    self.stats.reconnects += 1
+        finally:
+            self.connected.clear()
+            await self.close()
+
+    async def relay_pending(self) -> int:
+        """Relay what is pending now, once, and return the rows handled (no LISTEN)."""
+        conn = await self._psycopg.AsyncConnection.connect(self._dsn)
+        try:
+            return await self._drain(conn, stop_when_idle=True)
+        finally:
+            await conn.close()
+
+    async def close(self) -> None:
+        """Close the relay's queues (``run`` does it on return)."""
+        queues, self._queues = list(self._queues.values()), {}
+        for queue in queues:
+            await queue.close()
+
+    async def __aenter__(self) -> AsyncRelay:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def _pause(self, seconds: float) -> None:
+        assert self._stop_event is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop_event.wait(), seconds)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        """One database session: LISTEN, then drain on every wake-up until stopped."""
+        assert self._stop_event is not None
+        connect = self._psycopg.AsyncConnection.connect
+        async with (
+            await connect(self._dsn, autocommit=True) as listener,
+            await connect(self._dsn) as work,
+        ):
+            # LISTEN before the first drain: a commit between the two is caught by either.
+            await listener.execute(self._schema.listen)
+            wake = asyncio.Event()
+            listening = asyncio.create_task(self._listen(listener, wake))
+            stopping = asyncio.create_task(self._stop_event.wait())
+            self.connected.set()
+            redis_backoff = _FIRST_BACKOFF_S
+            try:
+                while not self._stopping:
+                    wake.clear()
+                    try:
+                        await self._drain(work)
+                        redis_backoff = _FIRST_BACKOFF_S
+                    except _REDIS_DOWN as exc:  # the batch rolled back: rows wait for Redis
+                        self.stats.redis_errors += 1
+                        log.warning("outbox relay: Redis: %s; again in %.2fs", exc, redis_backoff)
+                        await self._pause(redis_backoff)
+                        redis_backoff = min(redis_backoff * 2, self._max_backoff)
+                        continue
+                    woken = asyncio.create_task(wake.wait())
+                    await asyncio.wait(
+                        (woken, listening, stopping),
+                        timeout=self._sweep_s,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                    woken.cancel()
+                    if listening.done():
+                        listening.result()  # the LISTEN connection broke: raise its error
+                        raise self._psycopg.OperationalError("the LISTEN connection closed")
+            finally:
+                self.connected.clear()
+                for task in (listening, stopping):
+                    task.cancel()
+                await asyncio.gather(listening, stopping, return_exceptions=True)
+
+    async def _listen(self, conn: Any, wake: asyncio.Event) -> None:
+        async for _ in conn.notifies():
+            wake.set()
+
+    async def _drain(self, conn: Any, *, stop_when_idle: bool = False) -> int:
+        """Claim, apply and delete batches until the table holds nothing this relay can take."""
+        handled = 0
+        while not self._stopping or stop_when_idle:
+            async with conn.transaction():
+                cur = await conn.execute(self._claim, {"limit": self._batch})
+                names = [c.name for c in cur.description]
+                rows = [dict(zip(names, r, strict=True)) for r in await cur.fetchall()]
+                if not rows:
+                    return handled
+                done, dead = await self._apply(rows)
+                if done:
+                    await conn.execute(self._delete, {"seqs": done})
+                for seq, error in dead:
+                    await conn.execute(self._bury, {"seq": seq, "error": error[:4000]})
+            self.stats.batches += 1
+            self.stats.last_lag_s = max(float(r["age_s"]) for r in rows)
+            handled += len(rows)
+            if len(rows) < self._batch:
+                return handled
+        return handled
+
+    # -- applying rows to Redis -------------------------------------------------------------
+
+    async def _apply(
+        self, rows: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[int], list[tuple[int, str]]]:
+        """Apply claimed rows in ``seq`` order per queue; the seqs to delete and the rows that
+        cannot be applied, with why. A Redis outage raises (the caller rolls back)."""
+        done: list[int] = []
+        dead: list[tuple[int, str]] = []
+        per_queue: dict[tuple[str, str], list[Claimed]] = {}
+        for row in rows:
+            try:
+                item = check_row(row)
+            except (InvalidTaskError, ConfigError) as exc:
+                dead.append((int(row["seq"]), f"{type(exc).__name__}: {exc}"))
+                continue
+            per_queue.setdefault((item.prefix, item.queue), []).append(item)
+        for (prefix, name), items in per_queue.items():
+            queue = self._queue(prefix, name)
+            run: list[Claimed] = []
+            for item in items:  # consecutive offers of one dedup mode go in one call
+                if run and (item.op != "offer" or item.dedup != run[0].dedup):
+                    await self._offer_run(queue, run, done, dead)
+                    run = []
+                if item.op == "offer":
+                    run.append(item)
+                else:
+                    await self._apply_one(queue, item, done, dead)
+            if run:
+                await self._offer_run(queue, run, done, dead)
+        self.stats.dead += len(dead)
+        for seq, error in dead:
+            log.error("outbox relay: row %d is dead: %s", seq, error)
+        return done, dead
+
+    def _queue(self, prefix: str, name: str) -> AsyncDelayQueue:
+        queue = self._queues.get((prefix, name))
+        if queue is None:
+            queue = AsyncDelayQueue(
+                name, self._redis, prefix=prefix, reconnect_timeout=self._redis_timeout
+            )
+            self._queues[(prefix, name)] = queue
+        return queue
+
+    async def _offer_run(
+        self,
+        queue: AsyncDelayQueue,
+        run: list[Claimed],
+        done: list[int],
+        dead: list[tuple[int, str]],
+    ) -> None:
+        specs = [item.spec for item in run if item.spec is not None]
+        try:
+            await _offer_encoded(queue, DedupMode(run[0].dedup), specs)
+        except ServerError:
+            if len(run) == 1:
+                await self._blame_row(queue, run[0], dead)
+                return
+            for item in run:  # find the row Redis refuses; the others go through
+                await self._offer_run(queue, [item], done, dead)
+            return
+        done.extend(item.seq for item in run)
+        self.stats.offered += len(run)
+
+    async def _apply_one(
+        self,
+        queue: AsyncDelayQueue,
+        item: Claimed,
+        done: list[int],
+        dead: list[tuple[int, str]],
+    ) -> None:
+        try:
+            if item.op == "cancel":
+                await queue.cancel(item.task_id)
+                self.stats.cancelled += 1
+            elif item.due_kind == "d":
+                await queue.reschedule(item.task_id, item.delay_s)
+                self.stats.rescheduled += 1
+            else:
+                await queue.reschedule(item.task_id, at=item.delay_s)
+                self.stats.rescheduled += 1
+        except ServerError:
+            await self._blame_row(queue, item, dead)
+            return
+        except InvalidTaskError as exc:
+            dead.append((item.seq, f"{type(exc).__name__}: {exc}"))
+            return
+        done.append(item.seq)
+
+    async def _blame_row(
+        self, queue: AsyncDelayQueue, item: Claimed, dead: list[tuple[int, str]]
+    ) -> None:
+        """Redis refused one row: if the queue otherwise answers, the row is at fault (dead);
+        if not, Redis is (raise, and the batch waits)."""
+        try:
+            await queue.stats()
+        except DelayqError as probe:
+            raise RedisUnavailable(f"Redis refuses the queue {queue.name!r}: {probe}") from probe
+        dead.append((item.seq, f"Redis refused the {item.op}"))
+
+
+async def _offer_encoded(queue: AsyncDelayQueue, mode: DedupMode, specs: list[OfferSpec]) -> None:
+    """Offer tasks encoded when the producer wrote the row, under the producer's ids.
+
+    The outbox encoded each payload with the queue's own code inside the producer's
+    transaction, so the relay passes the bytes on rather than decoding and re-encoding them
+    (it may not even have the payload types). This is the one call into the queue's offer
+    path below ``offer_many``: ids are never redrawn (``drawn`` False), because the producer
+    already returned them.
+    """
+    await queue._write_offers(mode, specs, [False] * len(specs))
+
+
+class Relay:
+    """:class:`AsyncRelay` for threaded programs: :meth:`run` blocks, :meth:`start` runs it
+    in a background thread named ``delayq:relay`` until :meth:`stop`. Same arguments."""
+
+    def __init__(self, dsn: str, redis: Any = None, **options: Any) -> None:
+        self._relay = AsyncRelay(dsn, redis, **options)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+
+    @property
+    def stats(self) -> RelayStats:
+        """What the relay did so far."""
+        return self._relay.stats
+
+    def run(self) -> None:
+        """Relay in this thread until :meth:`stop` is called from another one."""
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._started.set()
+        await self._relay.run()
+
+    def start(self) -> Relay:
+        """Run the relay in a background thread; returns self."""
+        if self._thread is not None:
+            raise RuntimeError("this relay was already started")
+        self._thread = threading.Thread(target=self.run, name="delayq:relay", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        return self
+
+    def wait_connected(self, timeout: float = 10.0) -> bool:
+        """Block until the relay listens and claims (True), or ``timeout`` passes."""
+        loop = self._loop
+        if loop is None:
+            return False
+        future = asyncio.run_coroutine_threadsafe(self._relay.connected.wait(), loop)
+        try:
+            future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            return False
+        return True
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop after the batch in hand and wait for the thread (if :meth:`start` ran)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._relay.stop)
+        else:
+            self._relay.stop()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def relay_pending(self) -> int:
+        """Relay what is pending now, once (not while :meth:`start`'s thread runs)."""
+        return asyncio.run(self._once())
+
+    async def _once(self) -> int:
+        try:
+            return await self._relay.relay_pending()
+        finally:
+            await self._relay.close()
+
+    def __enter__(self) -> Relay:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

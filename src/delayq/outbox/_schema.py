@@ -1,0 +1,191 @@
+"""The outbox table and every statement run on it: pure text, shared by both front ends.
+
+One row is one operation on one task, in commit order by ``seq``:
+
+- ``offer``: ``envelope``, ``options`` and ``dedup`` are the encoded task, exactly what the
+  queue's offer script takes; ``due_kind`` is ``'d'`` (``due_ms`` = a delay counted from
+  ``created``) or ``'a'`` (``due_ms`` = epoch ms).
+- ``cancel``: no other column is used.
+- ``reschedule``: ``due_kind`` and ``due_ms`` as for an offer.
+
+``created`` is the database's ``clock_timestamp()`` at the insert. The relay turns a relative
+delay into what is left of it with the same server's clock at relay time, so the due time is
+the offer's time plus its delay however late the relay runs, and no host's own clock decides.
+
+Statements use ``:name`` parameters (SQLAlchemy's ``text()`` style); :func:`for_psycopg`
+rewrites them for psycopg. No statement contains ``%`` or a ``::`` cast.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from ..exceptions import ConfigError
+
+_IDENT: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,50}")
+_PARAM: Final = re.compile(r"(?<![:\w]):([a-z_]\w*)")
+# Rows a relay claims per transaction by default: one offer script call per queue per batch.
+DEFAULT_BATCH: Final = 500
+OPS: Final = ("offer", "cancel", "reschedule")
+
+
+def for_psycopg(sql: str) -> str:
+    """``:name`` parameters as psycopg's ``%(name)s``."""
+    return _PARAM.sub(r"%(\1)s", sql)
+
+
+def _ident(value: object, what: str) -> str:
+    if not isinstance(value, str) or not _IDENT.fullmatch(value):
+        raise ConfigError(
+            f"{what} {value!r} must be 1-51 characters from A-Z a-z 0-9 _, not starting with a "
+            "digit (it names database objects)"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Schema:
+    """The names of the outbox's database objects and the statements that use them."""
+
+    table: str = "delayq_outbox"
+    schema: str | None = None
+
+    def __post_init__(self) -> None:
+        _ident(self.table, "table")
+        if self.schema is not None:
+            _ident(self.schema, "schema")
+
+    @property
+    def qualified(self) -> str:
+        """The table's name as SQL (identifiers were validated, so quoting is enough)."""
+        return f'"{self.schema}"."{self.table}"' if self.schema else f'"{self.table}"'
+
+    @property
+    def channel(self) -> str:
+        """The LISTEN/NOTIFY channel a commit of new rows wakes the relays on."""
+        return f"{self.schema}.{self.table}" if self.schema else self.table
+
+    @property
+    def listen(self) -> str:
+        return f'LISTEN "{self.channel}"'
+
+    def _obj(self, suffix: str) -> str:
+        name = f"{self.table}_{suffix}"
+        return f'"{self.schema}"."{name}"' if self.schema else f'"{name}"'
+
+    def install(self) -> list[str]:
+        """DDL, each statement idempotent; run in one transaction under an advisory lock so
+        that two installers at once do not trip over each other."""
+        t, notify = self.qualified, self._obj("notify")
+        create_schema = [f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"'] if self.schema else []
+        return [
+            f"SELECT pg_advisory_xact_lock(hashtext('delayq.outbox/{self.channel}'))",
+            *create_schema,
+            f"""CREATE TABLE IF NOT EXISTS {t} (
+                seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                prefix text NOT NULL,
+                queue text NOT NULL,
+                task_id text NOT NULL,
+                op text NOT NULL CHECK (op IN ('offer', 'cancel', 'reschedule')),
+                due_kind text,
+                due_ms bigint,
+                envelope bytea,
+                options text NOT NULL DEFAULT '',
+                dedup text NOT NULL DEFAULT 'keep',
+                created timestamptz NOT NULL DEFAULT clock_timestamp(),
+                status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'dead')),
+                error text
+            )""",
+            # The relay's claim walks pending rows in seq order, and looks up earlier rows of
+            # the same task: both indexes hold pending rows only, so they stay small.
+            f'CREATE INDEX IF NOT EXISTS "{self.table}_pending" ON {t} (seq) '
+            "WHERE status = 'pending'",
+            f'CREATE INDEX IF NOT EXISTS "{self.table}_task" ON {t} (queue, task_id, seq) '
+            "WHERE status = 'pending'",
+            # One NOTIFY per inserting statement, delivered at commit and never for a rolled
+            # back transaction or savepoint: the relays' wake-up.
+            f"""CREATE OR REPLACE FUNCTION {notify}() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    PERFORM pg_notify('{self.channel}', '');
+                    RETURN NULL;
+                END $$""",
+            f'DROP TRIGGER IF EXISTS "{self.table}_notify" ON {t}',
+            f'CREATE TRIGGER "{self.table}_notify" AFTER INSERT ON {t} '
+            f"FOR EACH STATEMENT EXECUTE FUNCTION {notify}()",
+        ]
+
+    @property
+    def insert(self) -> str:
+        return (
+            f"INSERT INTO {self.qualified} "
+            "(prefix, queue, task_id, op, due_kind, due_ms, envelope, options, dedup) VALUES "
+            "(:prefix, :queue, :task_id, :op, :due_kind, :due_ms, :envelope, :options, :dedup)"
+        )
+
+    @property
+    def cancel(self) -> str:
+        """A cancel row; first drops the task's rows no relay holds right now (an offer not
+        relayed yet never reaches Redis). The cancel row is written anyway: a dropped row may
+        have been offered by a relay that died before its commit."""
+        t = self.qualified
+        return (
+            f"WITH dropped AS (DELETE FROM {t} WHERE seq IN ("
+            f"SELECT seq FROM {t} WHERE queue = :queue AND task_id = :task_id "
+            "AND prefix = :prefix AND status = 'pending' FOR UPDATE SKIP LOCKED)) "
+            f"INSERT INTO {t} (prefix, queue, task_id, op) "
+            "VALUES (:prefix, :queue, :task_id, 'cancel')"
+        )
+
+    @property
+    def claim(self) -> str:
+        """The next pending rows no other relay holds, each the earliest pending row of its
+        task (so a task's rows are applied in order, whichever relays run), locked until the
+        claiming transaction ends. ``due_ms`` of a relative row comes back as what is left of
+        its delay on the database's clock."""
+        t = self.qualified
+        return (
+            "SELECT o.seq, o.prefix, o.queue, o.task_id, o.op, o.due_kind, "
+            "CASE WHEN o.due_kind = 'd' THEN GREATEST(0, o.due_ms - CAST(floor("
+            "extract(epoch FROM clock_timestamp() - o.created) * 1000) AS bigint)) "
+            "ELSE o.due_ms END AS due_ms, "
+            "o.envelope, o.options, o.dedup, "
+            "CAST(extract(epoch FROM clock_timestamp() - o.created) AS float8) AS age_s "
+            f"FROM {t} o WHERE o.status = 'pending' AND NOT EXISTS ("
+            f"SELECT 1 FROM {t} p WHERE p.queue = o.queue AND p.task_id = o.task_id "
+            "AND p.status = 'pending' AND p.seq < o.seq AND p.prefix = o.prefix) "
+            "ORDER BY o.seq LIMIT :limit FOR UPDATE OF o SKIP LOCKED"
+        )
+
+    @property
+    def delete(self) -> str:
+        return f"DELETE FROM {self.qualified} WHERE seq = ANY(:seqs)"
+
+    @property
+    def bury(self) -> str:
+        return f"UPDATE {self.qualified} SET status = 'dead', error = :error WHERE seq = :seq"
+
+    @property
+    def status(self) -> str:
+        """Counts per queue and state, with the age of the oldest row."""
+        return (
+            "SELECT prefix, queue, status, count(*) AS n, "
+            "CAST(extract(epoch FROM clock_timestamp() - min(created)) AS float8) AS oldest_s "
+            f"FROM {self.qualified} GROUP BY prefix, queue, status ORDER BY prefix, queue, status"
+        )
+
+    @property
+    def dead(self) -> str:
+        return (
+            "SELECT seq, prefix, queue, task_id, op, created, error "
+            f"FROM {self.qualified} WHERE status = 'dead' ORDER BY seq LIMIT :limit"
+        )
+
+    @property
+    def requeue_dead(self) -> str:
+        return f"UPDATE {self.qualified} SET status = 'pending', error = NULL WHERE status = 'dead'"
+
+    @property
+    def exists(self) -> str:
+        return "SELECT to_regclass(:name) IS NOT NULL"
