@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "src" / "delayq"
-FILES = ["queue.py"]
+FILES = ["queue.py", "runner.py"]
 HEADER = "# Generated from _async/{name} by scripts/unasync.py: do not edit.\n"
 
 SUBS = [

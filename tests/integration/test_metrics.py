@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.cluster import RedisCluster
@@ -173,7 +174,8 @@ def test_scrape_survives_a_script_flush(
     queue("q").offer(1, delay=60)
     collector = QueueCollector(redis7_server.url, prefix=prefix)
     try:
-        collector._client.script_flush()
+        collector.read()
+        redis.Redis.from_url(redis7_server.url).script_flush()
         (stats,) = collector.read()
     finally:
         collector.close()

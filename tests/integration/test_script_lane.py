@@ -1,4 +1,4 @@
-"""The queue's own script connection (backend.ScriptLane): shared by threads, safe across a
+"""The queue's own script connection (the runner's kept connection): shared by threads, safe across a
 fork, dropped when a call is cancelled mid-reply, and never used on a client passed in."""
 
 from __future__ import annotations

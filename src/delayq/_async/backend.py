@@ -6,15 +6,19 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.connection import HiredisRespSerializer
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException, RedisError
 
+from .._core.connection import Target, Topology
+from .._core.urls import safe_url
 from .._core.wakeups import WakeLog, due_of
 from ..exceptions import ConfigError
 
@@ -40,38 +44,122 @@ async def wait_out(until: float) -> None:
         await asyncio.sleep(0)
 
 
-def connect(redis: object, client_name: str, timeout_s: float) -> tuple[Any, bool]:
-    """The client to use and whether the queue owns (and so closes) it.
+def make_client(target: Target, client_name: str, timeout_s: float) -> tuple[Any, list[Any]]:
+    """A client for ``target`` and the other clients to close with it (a Sentinel's own).
 
-    A client made here times out after ``timeout_s`` and never retries by itself: the queue's
-    own retry loop decides, so that its deadlines hold against a hung server.
+    It times out after ``timeout_s`` and never retries by itself: the runner's retry loop
+    decides, so that its deadlines hold against a hung server or a failover.
     """
-    if redis is None or isinstance(redis, str):
-        url = redis or "redis://127.0.0.1:6379/0"
-        extra: dict[str, Any] = {}
-        if url.startswith("redis://"):
-            extra["connection_class"] = _HiredisPackConnection
-        client = aioredis.Redis.from_url(
-            url,
-            client_name=client_name,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 0),
-            **extra,
+    common: dict[str, Any] = {
+        "client_name": client_name,
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if target.topology is Topology.STANDALONE:
+        if target.url.startswith("redis://"):
+            common["connection_class"] = _HiredisPackConnection
+        try:
+            return aioredis.Redis.from_url(target.url, **common), []
+        except ValueError as exc:
+            raise ConfigError(f"invalid Redis URL {safe_url(target.url)!r}: {exc}") from exc
+    auth: dict[str, Any] = {"username": target.username, "password": target.password}
+    if target.topology is Topology.SENTINEL:
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            list(target.hosts),
+            sentinel_kwargs={
+                "socket_timeout": timeout_s,
+                "socket_connect_timeout": timeout_s,
+                "username": target.sentinel_username,
+                "password": target.sentinel_password,
+                "ssl": target.sentinel_tls,
+                "retry": Retry(NoBackoff(), 0),
+            },
         )
-        return client, True
+        client = sentinel.master_for(target.service, db=target.db, ssl=target.tls, **auth, **common)
+        return client, list(sentinel.sentinels)
+    client = aioredis.RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in target.hosts],
+        require_full_coverage=False,
+        ssl=target.tls,
+        **auth,
+        **common,
+    )
+    return client, []
+
+
+def resolve(client: Any) -> Any:
+    """The client itself (the asyncio cluster client connects lazily by itself)."""
+    return client
+
+
+def check_client(redis: object) -> Any:
+    """A client passed in, if delayq can use it."""
     if not isinstance(redis, aioredis.Redis | aioredis.RedisCluster):
         raise ConfigError(
             "AsyncDelayQueue needs a redis.asyncio Redis or RedisCluster client, or a URL"
         )
     if redis.get_encoder().decode_responses:
         raise ConfigError("pass a client created with decode_responses=False (tasks are bytes)")
-    return redis, False
+    return redis
 
 
-def pipelines_scripts(client: Any) -> bool:
-    """Whether ``client`` sends EVALSHA in pipelines (redis-py's cluster clients refuse to)."""
-    return not isinstance(client, aioredis.RedisCluster)
+def is_cluster(client: Any) -> bool:
+    return isinstance(client, aioredis.RedisCluster)
+
+
+def is_plain(client: Any) -> bool:
+    """A plain client whose pooled connections the runner may use directly."""
+    return type(client) is aioredis.Redis and client.connection is None
+
+
+CLIENT_ERRORS: tuple[type[BaseException], ...] = (RedisClusterException,)
+
+
+def slot_address(client: Any, slot: int) -> tuple[str, int]:
+    """The node that serves ``slot``, as the cluster client last heard."""
+    node = client.nodes_manager.get_node_from_slot(slot)
+    return node.host, int(node.port)
+
+
+def _node(client: Any, address: tuple[str, int]) -> Any:
+    node = client.get_node(host=address[0], port=address[1])
+    if node is None:  # a node the client has not met yet: the runner refreshes the topology
+        raise RedisConnectionError(f"no known cluster node at {address[0]}:{address[1]}")
+    return node
+
+
+async def node_checkout(client: Any, address: tuple[str, int]) -> Any:
+    return _node(client, address).acquire_connection()
+
+
+async def node_checkin(client: Any, address: tuple[str, int], conn: Any) -> None:
+    _node(client, address).release(conn)
+
+
+async def refresh_topology(client: Any) -> None:
+    """Ask the cluster again which node serves which slot (after a node was lost)."""
+    await client.nodes_manager.initialize()
+
+
+class Hold:
+    """A try-lock for the runner's kept connection: one call at a time uses it."""
+
+    def __init__(self) -> None:
+        self._busy = False
+
+    def take(self) -> bool:
+        if self._busy:
+            return False
+        self._busy = True
+        return True
+
+    def give(self) -> None:
+        self._busy = False
+
+
+def process_id() -> int:
+    return 0  # an event loop does not survive a fork
 
 
 class _HiredisPackConnection(aioredis.Connection):
@@ -84,42 +172,13 @@ class _HiredisPackConnection(aioredis.Connection):
         return self._packer.pack(*args)  # type: ignore[no-any-return]
 
 
-class ScriptLane:
-    """Runs the queue's EVALSHA calls on a connection it keeps checked out of the client's pool.
-
-    redis-py's own path costs ~30 us of a ~120 us call here: its per-command retry and
-    observability layers, and a socket poll on every pool checkout. The lane is used only on a
-    plain client the queue made itself (a client passed in keeps its hooks and instrumentation);
-    the queue retries by itself, and a connection that fails (or whose call is cancelled) drops
-    its socket and reconnects on the next call. Concurrent calls go through the pool.
-    """
-
-    def __init__(self, client: Any, owned: bool) -> None:
-        self._client = client
-        self._direct = owned and type(client) is aioredis.Redis and client.connection is None
-        self._busy = False
-        self._conn: Any = None
-
-    async def evalsha(self, sha: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        if not self._direct or self._busy:
-            return await self._client.evalsha(sha, len(keys), *keys, *args)
-        self._busy = True
-        try:
-            if self._conn is None:
-                self._conn = await self._client.connection_pool.get_connection()
-            await self._conn.send_command("EVALSHA", sha, len(keys), *keys, *args)
-            return await self._conn.read_response()
-        finally:
-            self._busy = False
-
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await self._client.connection_pool.release(conn)
-
-
 async def close_client(client: Any) -> None:
     await client.aclose()
+
+
+async def disconnect(conn: Any) -> None:
+    with contextlib.suppress(Exception):
+        await conn.disconnect()
 
 
 class Notifier:

@@ -8,14 +8,18 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import redis as redis_lib
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.cluster import ClusterNode
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException, RedisError
 from redis.retry import Retry
+from redis.sentinel import Sentinel
 
+from .._core.connection import Target, Topology
+from .._core.urls import safe_url
 from .._core.wakeups import WakeLog, due_of
 from ..exceptions import ConfigError
 
@@ -35,76 +39,140 @@ def wait_out(until: float) -> None:
     """Nothing to wait out: a thread's timed wait already ended at ``until``."""
 
 
-def connect(redis: object, client_name: str, timeout_s: float) -> tuple[Any, bool]:
-    """The client to use and whether the queue owns (and so closes) it.
+def make_client(target: Target, client_name: str, timeout_s: float) -> tuple[Any, list[Any]]:
+    """A client for ``target`` and the other clients to close with it (a Sentinel's own).
 
-    A client made here times out after ``timeout_s`` and never retries by itself: the queue's
-    own retry loop decides, so that its deadlines hold against a hung server.
+    It times out after ``timeout_s`` and never retries by itself: the runner's retry loop
+    decides, so that its deadlines hold against a hung server or a failover.
     """
-    if redis is None or isinstance(redis, str):
-        url = redis or "redis://127.0.0.1:6379/0"
-        client = redis_lib.Redis.from_url(
-            url,
-            client_name=client_name,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 0),
+    common: dict[str, Any] = {
+        "client_name": client_name,
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if target.topology is Topology.STANDALONE:
+        try:
+            return redis_lib.Redis.from_url(target.url, **common), []
+        except ValueError as exc:
+            raise ConfigError(f"invalid Redis URL {safe_url(target.url)!r}: {exc}") from exc
+    auth: dict[str, Any] = {"username": target.username, "password": target.password}
+    if target.topology is Topology.SENTINEL:
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            list(target.hosts),
+            sentinel_kwargs={
+                "socket_timeout": timeout_s,
+                "socket_connect_timeout": timeout_s,
+                "username": target.sentinel_username,
+                "password": target.sentinel_password,
+                "ssl": target.sentinel_tls,
+                "retry": Retry(NoBackoff(), 0),
+            },
         )
-        return client, True
+        client = sentinel.master_for(  # type: ignore[no-untyped-call]
+            target.service, db=target.db, ssl=target.tls, **auth, **common
+        )
+        return client, list(sentinel.sentinels)
+    # redis-py's sync cluster client connects in its constructor; it is made on first use.
+    return _LazyCluster(target, auth, common), []
+
+
+class _LazyCluster:
+    """Builds the sync ``RedisCluster`` on first use, so that a queue can be made while the
+    cluster is down (the asyncio client is lazy by itself)."""
+
+    def __init__(self, target: Target, auth: dict[str, Any], common: dict[str, Any]) -> None:
+        self._args = (target, auth, common)
+
+    def build(self) -> redis_lib.RedisCluster:
+        target, auth, common = self._args
+        return redis_lib.RedisCluster(
+            startup_nodes=[
+                ClusterNode(host, port)  # type: ignore[no-untyped-call]
+                for host, port in target.hosts
+            ],
+            require_full_coverage=False,
+            ssl=target.tls,
+            **auth,
+            **common,
+        )
+
+
+def resolve(client: Any) -> Any:
+    """The client itself, built now if it was made lazily."""
+    return client.build() if isinstance(client, _LazyCluster) else client
+
+
+def check_client(redis: object) -> Any:
+    """A client passed in, if delayq can use it."""
     if not isinstance(redis, redis_lib.Redis | redis_lib.RedisCluster):
         raise ConfigError("DelayQueue needs a redis.Redis or redis.RedisCluster client, or a URL")
     if redis.get_encoder().decode_responses:
         raise ConfigError("pass a client created with decode_responses=False (tasks are bytes)")
-    return redis, False
+    return redis
 
 
-def pipelines_scripts(client: Any) -> bool:
-    """Whether ``client`` sends EVALSHA in pipelines (redis-py's cluster clients refuse to)."""
-    return not isinstance(client, redis_lib.RedisCluster)
+def is_cluster(client: Any) -> bool:
+    return isinstance(client, redis_lib.RedisCluster | _LazyCluster)
 
 
-class ScriptLane:
-    """Runs the queue's EVALSHA calls on a connection it keeps checked out of the client's pool.
+def is_plain(client: Any) -> bool:
+    """A plain client whose pooled connections the runner may use directly."""
+    return type(client) is redis_lib.Redis and client.connection is None
 
-    redis-py's own path costs ~30 us of a ~120 us call here: its per-command retry and
-    observability layers, and a socket poll on every pool checkout. The lane is used only on a
-    plain client the queue made itself (a client passed in keeps its hooks and instrumentation);
-    the queue retries by itself, and a connection that fails drops its socket and reconnects on
-    the next call. A call made while another thread holds the lane goes through the pool.
-    """
 
-    def __init__(self, client: Any, owned: bool) -> None:
-        self._client = client
-        self._direct = owned and type(client) is redis_lib.Redis and client.connection is None
+CLIENT_ERRORS: tuple[type[BaseException], ...] = (RedisClusterException,)
+
+
+def slot_address(client: Any, slot: int) -> tuple[str, int]:
+    """The node that serves ``slot``, as the cluster client last heard."""
+    node = client.nodes_manager.get_node_from_slot(slot)
+    return node.host, int(node.port)
+
+
+def _pool(client: Any, address: tuple[str, int]) -> Any:
+    node = client.get_node(host=address[0], port=address[1])
+    if node is None:  # a node the client has not met yet: the runner refreshes the topology
+        raise RedisConnectionError(f"no known cluster node at {address[0]}:{address[1]}")
+    return client.get_redis_connection(node).connection_pool
+
+
+def node_checkout(client: Any, address: tuple[str, int]) -> Any:
+    return _pool(client, address).get_connection()
+
+
+def node_checkin(client: Any, address: tuple[str, int], conn: Any) -> None:
+    _pool(client, address).release(conn)
+
+
+def refresh_topology(client: Any) -> None:
+    """Ask the cluster again which node serves which slot (after a node was lost)."""
+    client.nodes_manager.initialize()
+
+
+class Hold:
+    """A try-lock for the runner's kept connection: one thread at a time uses it."""
+
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._conn: Any = None
-        self._pid = 0
 
-    def evalsha(self, sha: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        if not self._direct or not self._lock.acquire(blocking=False):
-            return self._client.evalsha(sha, len(keys), *keys, *args)
-        try:
-            if self._conn is None or self._pid != os.getpid():  # after a fork: not ours
-                self._conn = self._client.connection_pool.get_connection()
-                self._pid = os.getpid()
-            self._conn.send_command("EVALSHA", sha, len(keys), *keys, *args)
-            return self._conn.read_response()
-        finally:
-            self._lock.release()
+    def take(self) -> bool:
+        return self._lock.acquire(blocking=False)
 
-    def close(self) -> None:
-        if not self._lock.acquire(blocking=False):  # a call in flight: closing the client ends it
-            return
-        try:
-            conn, self._conn = self._conn, None
-            if conn is not None and self._pid == os.getpid():
-                self._client.connection_pool.release(conn)
-        finally:
-            self._lock.release()
+    def give(self) -> None:
+        self._lock.release()
+
+
+process_id = os.getpid  # a connection kept before a fork belongs to the parent
 
 
 def close_client(client: Any) -> None:
     client.close()
+
+
+def disconnect(conn: Any) -> None:
+    with contextlib.suppress(Exception):
+        conn.disconnect()
 
 
 class Notifier:
@@ -209,6 +277,7 @@ class Notifier:
 
 def _new_connection(client: Any, channel: str) -> Any:
     """A fresh connection, outside the pool's bookkeeping, to the node serving ``channel``."""
+    client = resolve(client)
     pool = getattr(client, "connection_pool", None)
     if pool is None:  # RedisCluster: any node hears every PUBLISH; take the channel's node
         pool = client.get_node_from_key(channel).redis_connection.connection_pool

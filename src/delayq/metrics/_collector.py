@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-import redis as redis_lib
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 
 from .._core import protocol
 from .._core.keys import QueueKeys
 from .._core.models import Stats
-from .._core.scripts import Op, script
+from .._core.scripts import Op
+from .._core.text import printable
 from .._core.timing import duration_ms
-from .._sync import backend
-from ..exceptions import ConfigError
+from .._sync import runner
+from ..exceptions import ConfigError, DelayqError
 
 log = logging.getLogger("delayq.metrics")
 
@@ -55,7 +56,9 @@ class QueueCollector(Collector):
     pipelines), each to the node of its queue's slot.
 
     When Redis does not answer, the scrape still succeeds with ``delayq_exporter_up 0`` and
-    no queue samples.
+    no queue samples. An outage is logged once, at its first failed scrape (a warning with
+    the error), and its end once (an info line, "available again", with how long it
+    lasted): a scrape every 15 s must not write a line every 15 s.
     """
 
     def __init__(
@@ -71,15 +74,15 @@ class QueueCollector(Collector):
         self.prefix = prefix
         self.queues = None if queues is None else [QueueKeys(prefix, n).name for n in queues]
         self._overdue_ms = duration_ms(overdue_after, "overdue_after")
-        self._client: Any
-        self._client, self._owns_client = backend.connect(redis, "delayq-exporter", timeout)
-        self._script = script(Op.STATS)
+        # A scrape rides out a short blip, then reports delayq_exporter_up 0.
+        self._runner = runner.connect(redis, "delayq-exporter", timeout)
         self._keys: dict[str, tuple[str, ...]] = {}  # queue name -> its key list
+        self._outage_since: float | None = None  # monotonic time of the first failed scrape
+        self._outage_lock = threading.Lock()  # scrapes may run on several server threads
 
     def close(self) -> None:
         """Close the Redis client if this collector created it."""
-        if self._owns_client:
-            self._client.close()
+        self._runner.close()
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -87,7 +90,7 @@ class QueueCollector(Collector):
         """The queues a scrape reports: the given ones or the registry's valid names."""
         if self.queues is not None:
             return list(self.queues)
-        raw = self._client.smembers(QueueKeys(self.prefix, "x").registry)
+        raw = self._runner.command("SMEMBERS", QueueKeys(self.prefix, "x").registry)
         names = []
         for value in sorted(v.decode(errors="replace") if isinstance(v, bytes) else v for v in raw):
             try:
@@ -97,41 +100,24 @@ class QueueCollector(Collector):
         return names
 
     def read(self) -> list[Stats]:
-        """The stats of every reported queue, in one pipelined round trip (raises RedisError)."""
+        """The stats of every reported queue, in one round trip per Redis node (raises
+        :class:`RedisUnavailable` or :class:`ServerError`)."""
         names = self.names()
         if not names:
             return []
-        replies = self._round(names)
-        if any(isinstance(r, NoScriptError) for r in replies):
-            # First scrape after a restart or SCRIPT FLUSH: load once, then ask again.
-            self._client.script_load(self._script.source)
-            replies = self._round(names)
+        calls = [
+            (
+                Op.STATS,
+                self._keys.get(n) or self._keys.setdefault(n, self._key_list(n)),
+                [self._overdue_ms],
+            )
+            for n in names
+        ]
+        replies = self._runner.many(calls)
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
         return [stats_of(name, reply) for name, reply in zip(names, replies, strict=True)]
-
-    def _round(self, names: Sequence[str]) -> list[Any]:
-        calls = [
-            (self._script.sha, len(keys), *keys, self._overdue_ms)
-            for keys in (
-                self._keys.get(n) or self._keys.setdefault(n, self._key_list(n)) for n in names
-            )
-        ]
-        if isinstance(self._client, redis_lib.RedisCluster):
-            # redis-py refuses EVALSHA in cluster pipelines: one call per queue, each routed
-            # to the node of the queue's slot.
-            return [self._one(call) for call in calls]
-        pipe = self._client.pipeline(transaction=False)
-        for call in calls:
-            pipe.evalsha(*call)
-        return list(pipe.execute(raise_on_error=False))
-
-    def _one(self, call: tuple[Any, ...]) -> Any:
-        try:
-            return self._client.evalsha(*call)
-        except NoScriptError as exc:
-            return exc
 
     def _key_list(self, name: str) -> tuple[str, ...]:
         if len(self._keys) > 10_000:  # names come and go; never grow without bound
@@ -145,10 +131,33 @@ class QueueCollector(Collector):
         started = time.perf_counter()
         try:
             rows, up = self.read(), True
-        except (RedisError, OSError) as exc:
-            log.warning("delayq exporter: cannot read queue stats from Redis: %s", exc)
+        except (DelayqError, RedisError, OSError) as exc:
+            self._failed(exc)
             rows, up = [], False
+        else:
+            self._recovered()
         return rows, up, time.perf_counter() - started
+
+    def _failed(self, exc: BaseException) -> None:
+        with self._outage_lock:
+            if self._outage_since is not None:
+                return  # logged at the outage's first scrape
+            self._outage_since = time.monotonic()
+        log.warning(
+            "delayq exporter: cannot read queue stats from Redis (%s: %s); "
+            "scrapes report delayq_exporter_up 0 until it answers",
+            type(exc).__name__,
+            printable(exc),
+        )
+
+    def _recovered(self) -> None:
+        with self._outage_lock:
+            since, self._outage_since = self._outage_since, None
+        if since is not None:
+            log.info(
+                "delayq exporter: Redis is available again (unavailable for %.1f s)",
+                time.monotonic() - since,
+            )
 
     def describe(self) -> Iterator[Metric]:
         # Without describe() the registry would call collect() (and Redis) on registration.

@@ -1,0 +1,441 @@
+"""The connection layer: one runner per client carries every Redis call delayq makes.
+
+It runs scripts by SHA on the slot of their keys (loading them on NOSCRIPT), follows cluster
+redirections, retries what a failover or a lost connection interrupted until the call's
+deadline, and sends ``WAIT`` on the connection that took the write. The sync runner in
+``_sync/runner.py`` is generated from this file by ``scripts/unasync.py``; edit here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redis.crc import key_slot
+from redis.exceptions import (
+    AskError,
+    BusyLoadingError,
+    ClusterDownError,
+    MasterDownError,
+    MovedError,
+    NoScriptError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
+
+from .._core.connection import (
+    DEFAULT_RECONNECT_S,
+    Backoff,
+    Failure,
+    Topology,
+    classify_connection_error,
+    classify_reply,
+    default_url,
+    parse_url,
+    redirect_of,
+    socket_timeout_s,
+)
+from .._core.scripts import Op, script
+from .._core.text import printable
+from .._core.urls import safe_url
+from ..exceptions import QueueClosed, RedisUnavailable, ServerError
+from . import backend
+
+log = logging.getLogger("delayq")
+
+Command = tuple[Any, ...]
+# A connection lost, refused or timed out, or a cluster client that could not find a node.
+_LOST: tuple[type[BaseException], ...] = (
+    RedisError,
+    *backend.CONNECTION_ERRORS,
+    *backend.CLIENT_ERRORS,
+)
+# How many redirections (MOVED, ASK) one try follows before it counts as a failed try.
+MAX_REDIRECTS = 5
+
+
+class _Redirected(Exception):
+    """The slot moved; try again at once on its new node."""
+
+
+def connect(
+    redis: object, client_name: str, reconnect_s: float | None = None, *, label: str = ""
+) -> Runner:
+    """The runner for ``redis``: a URL (None for ``$REDIS_URL``) or a client passed in.
+
+    ``reconnect_s``: how long a call rides out a lost connection (None: long enough for a
+    failover with default server settings, see DEFAULT_RECONNECT_S). A client made here
+    times out after ``socket_timeout_s(reconnect_s)`` and never retries by itself; the runner
+    closes it. A client passed in is used through its own methods (its hooks see each call)
+    and left open. ``label`` names the caller in log lines (a queue's name).
+    """
+    if redis is None or isinstance(redis, str):
+        url = redis or default_url()
+        target = parse_url(url)
+        if reconnect_s is None:
+            reconnect_s = DEFAULT_RECONNECT_S[target.topology]
+        client, extras = backend.make_client(target, client_name, socket_timeout_s(reconnect_s))
+        where = safe_url(url)
+        return Runner(client, True, where, reconnect_s, extras, target.topology, label or where)
+    client = backend.check_client(redis)
+    topology = Topology.CLUSTER if backend.is_cluster(client) else Topology.STANDALONE
+    if reconnect_s is None:
+        reconnect_s = DEFAULT_RECONNECT_S[topology]
+    where = type(client).__name__
+    return Runner(client, False, where, reconnect_s, [], topology, label or where)
+
+
+class Runner:
+    """Every Redis call of one client: scripts per slot, plain commands, retries.
+
+    A call retries connection errors and the replies that mean "not here, not now"
+    (READONLY, MASTERDOWN, NOREPLICAS, LOADING, CLUSTERDOWN, TRYAGAIN) with backoff until its
+    deadline, then raises :class:`RedisUnavailable`; other error replies raise
+    :class:`ServerError` at once. Every delayq script is safe to send again after a lost
+    reply (receipts, caller ids and fenced leases), so a retried call never acts twice.
+
+    On a plain client it made itself, the runner sends on one connection it keeps checked out
+    of the pool (redis-py's own command path costs ~30 us of a ~120 us call); calls made while
+    that connection is busy check one out. On a cluster it sends each call to the node of its
+    slot, on that node's own connection, and follows MOVED and ASK.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        owned: bool,
+        where: str,
+        reconnect_s: float,
+        extras: list[Any],
+        topology: Topology,
+        label: str,
+    ) -> None:
+        self._client = client
+        self._label = label
+        self.owned = owned
+        self.where = where  # for messages: the URL without its password, or the client's type
+        self.topology = topology
+        self.reconnect_s = reconnect_s
+        self._extras = extras
+        self._cluster = topology is Topology.CLUSTER
+        self._direct = owned and not self._cluster and backend.is_plain(client)
+        self._hold = backend.Hold()
+        self._kept: Any = None
+        self._kept_pid = 0
+        self._slots: dict[int, tuple[str, int]] = {}  # cluster: slot -> node, from MOVED
+        self._connected = False
+        self._closed = False
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client (for the pub/sub listener and plain commands)."""
+        return self._client
+
+    async def close(self) -> None:
+        """Hand back the kept connection and close the clients this runner made."""
+        if self._closed:
+            return
+        self._closed = True
+        conn, self._kept = self._kept, None
+        if conn is not None and self._kept_pid == backend.process_id():
+            await backend.disconnect(conn)
+        if self.owned:
+            for client in (self._client, *self._extras):
+                await backend.close_client(client)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosed(f"the connection to {self.where} is closed")
+
+    # -- calls ------------------------------------------------------------------------------
+
+    async def run(
+        self, op: Op, keys: Sequence[str], args: Sequence[Any], *, deadline: float | None = -1.0
+    ) -> Any:
+        """Run the script of ``op`` once; its reply. ``deadline``: a monotonic time to give up
+        at; -1 for the runner's reconnect timeout; None to retry for as long as it takes."""
+        command = ("EVALSHA", script(op).sha, len(keys), *keys, *args)
+        replies = await self._retrying(lambda: self._exchange(op, keys[0], [command]), deadline)
+        return replies[0]
+
+    async def batch(
+        self,
+        op: Op,
+        keys: Sequence[str],
+        arg_lists: Sequence[Sequence[Any]],
+        *,
+        tail: Sequence[Command] = (),
+        deadline: float | None = -1.0,
+    ) -> list[Any]:
+        """Run the script of ``op`` once per argument list, in order, on one connection to the
+        slot of ``keys``, then the ``tail`` commands (``WAIT``) on the same connection; the
+        replies, scripts' first."""
+        sha = script(op).sha
+        commands = [("EVALSHA", sha, len(keys), *keys, *args) for args in arg_lists]
+        commands += tail
+        return list(await self._retrying(lambda: self._exchange(op, keys[0], commands), deadline))
+
+    async def many(
+        self, calls: Sequence[tuple[Op, Sequence[str], Sequence[Any]]], *, deadline: float = -1.0
+    ) -> list[Any]:
+        """Run scripts on many slots in as few round trips as the topology allows (one per
+        node); the replies in order, an error reply as a :class:`ServerError` in its place.
+        The calls must be safe to send again (reads, or scripts with receipts)."""
+        return list(await self._retrying(lambda: self._many(calls), deadline))
+
+    async def _many(self, calls: Sequence[tuple[Op, Sequence[str], Sequence[Any]]]) -> list[Any]:
+        groups: dict[Any, list[int]] = {}
+        for i, (_, keys, _) in enumerate(calls):
+            slot = key_slot(keys[0].encode())
+            groups.setdefault(self._address(slot) if self._cluster else None, []).append(i)
+        replies: list[Any] = [None] * len(calls)
+        for indexes in groups.values():
+            got = await self._exchange_mixed([calls[i] for i in indexes])
+            for i, reply in zip(indexes, got, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def command(self, *args: Any, deadline: float | None = -1.0) -> Any:
+        """A plain command (SADD, SMEMBERS, TIME, ...), routed by the client."""
+        return await self._retrying(lambda: self._execute(args), deadline)
+
+    async def _execute(self, args: Command) -> Any:
+        client = self._client
+        if self._cluster:
+            client = backend.resolve(client)
+        return await client.execute_command(*args)
+
+    # -- one try ----------------------------------------------------------------------------
+
+    async def _exchange(self, op: Op, key: str, commands: list[Command]) -> list[Any]:
+        """Send ``commands`` on one connection to ``key``'s node; reload the script and send
+        the rest again if Redis lost it; raise the first other error reply."""
+        replies = await self._roundtrip(key_slot(key.encode()), commands)
+        lost = next((i for i, reply in enumerate(replies) if _noscript(reply)), None)
+        if lost is not None:
+            await self._load(op, key)
+            replies[lost:] = await self._roundtrip(key_slot(key.encode()), commands[lost:])
+        for reply in replies:
+            if isinstance(reply, ResponseError):
+                raise reply
+        return replies
+
+    async def _exchange_mixed(
+        self, calls: Sequence[tuple[Op, Sequence[str], Sequence[Any]]]
+    ) -> list[Any]:
+        """Scripts of many slots on one node, in one round trip; error replies in place. A
+        slot that moved is noted and the whole round tried again (each slot on its node)."""
+        slot = key_slot(calls[0][1][0].encode())
+        commands = [
+            ("EVALSHA", script(op).sha, len(keys), *keys, *args) for op, keys, args in calls
+        ]
+        replies = await self._roundtrip(slot, commands, follow=False)
+        lost = {calls[i][0] for i, r in enumerate(replies) if _noscript(r)}
+        if lost:
+            for op in lost:
+                await self._load(op, calls[0][1][0])
+            replies = await self._roundtrip(slot, commands, follow=False)
+        out = []
+        for (_, keys, _), reply in zip(calls, replies, strict=True):
+            if isinstance(reply, ResponseError):
+                kind = _classify(reply)
+                if kind is Failure.MOVED:
+                    self._slots[key_slot(keys[0].encode())] = redirect_of(_reply_text(reply))[1:]
+                    raise _Redirected(str(reply))
+                if kind is not Failure.FATAL:
+                    raise reply  # not here, not now: the whole round again
+                reply = ServerError(f"Redis refused a delayq call: {reply}")
+            out.append(reply)
+        return out
+
+    async def _load(self, op: Op, key: str) -> None:
+        source = script(op).source
+        reply = (await self._roundtrip(key_slot(key.encode()), [("SCRIPT", "LOAD", source)]))[0]
+        if isinstance(reply, ResponseError):
+            raise reply
+
+    async def _roundtrip(
+        self, slot: int, commands: Sequence[Command], *, follow: bool = True
+    ) -> list[Any]:
+        """Send ``commands`` on one connection; the replies, error replies as exceptions in
+        place. On a cluster, follows MOVED (the slot's new home) and ASK (a migrating slot),
+        unless ``follow`` is False (commands of several slots)."""
+        if not self._cluster:
+            if not self._direct:
+                return await self._through_client(commands)
+            return await self._on_own_connection(commands)
+        client = backend.resolve(self._client)
+        address, asking = self._address(slot), False
+        for _ in range(MAX_REDIRECTS):
+            conn = await backend.node_checkout(client, address)
+            try:
+                sent = [("ASKING",), *commands] if asking else list(commands)
+                replies = await _send(conn, sent)
+            except BaseException:
+                await backend.disconnect(conn)
+                raise
+            finally:
+                await backend.node_checkin(client, address, conn)
+            if asking:
+                replies = replies[1:]
+            redirect = next(
+                (r for r in replies if isinstance(r, ResponseError) and _redirection(r)), None
+            )
+            if redirect is None or not follow:
+                return replies
+            kind = _classify(redirect)
+            _, host, port = redirect_of(_reply_text(redirect))
+            if kind is Failure.MOVED:
+                self._slots[slot] = (host, port)
+            address, asking = (host, port), kind is Failure.ASK
+        raise _Redirected(f"slot {slot} still moving after {MAX_REDIRECTS} redirections")
+
+    async def _on_own_connection(self, commands: Sequence[Command]) -> list[Any]:
+        """Send on the kept connection, or on one from the pool while another call uses it."""
+        kept = self._hold.take()
+        try:
+            if not kept:
+                conn = await self._client.connection_pool.get_connection()
+            elif self._kept is None or self._kept_pid != backend.process_id():
+                # A first call, or the first in a forked child: the parent's is not ours.
+                conn = self._kept = await self._client.connection_pool.get_connection()
+                self._kept_pid = backend.process_id()
+            else:
+                conn = self._kept
+            try:
+                return await _send(conn, commands)
+            except BaseException:
+                # A failed or cancelled call leaves a reply unread: never let the next call
+                # read it. The connection reconnects (a Sentinel one asks again) on next use.
+                await backend.disconnect(conn)
+                raise
+            finally:
+                if not kept:
+                    await self._client.connection_pool.release(conn)
+        finally:
+            if kept:
+                self._hold.give()
+
+    async def _through_client(self, commands: Sequence[Command]) -> list[Any]:
+        """A client passed in: its own methods, so that its hooks see every call."""
+        if len(commands) == 1:
+            try:
+                return [await self._client.execute_command(*commands[0])]
+            except ResponseError as exc:
+                return [exc]
+        pipe = self._client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(await pipe.execute(raise_on_error=False))
+
+    def _address(self, slot: int) -> tuple[str, int]:
+        address = self._slots.get(slot)
+        if address is None:
+            address = backend.slot_address(backend.resolve(self._client), slot)
+        return address
+
+    # -- retries ----------------------------------------------------------------------------
+
+    async def _retrying(self, attempt: Callable[[], Any], deadline: float | None) -> Any:
+        """Call ``attempt`` until it gets through or ``deadline`` passes."""
+        self._check_open()
+        if deadline is not None and deadline < 0:
+            deadline = backend.monotonic() + self.reconnect_s
+        backoff, failures = Backoff(), 0
+        while True:
+            try:
+                result = await attempt()
+            except _Redirected as exc:
+                error: BaseException = exc
+            except ResponseError as exc:
+                if _classify(exc) is Failure.FATAL:
+                    raise ServerError(f"Redis refused a delayq call: {exc}") from exc
+                error = exc
+            except _LOST as exc:
+                if classify_connection_error(exc) is Failure.UNREACHABLE and not self._connected:
+                    raise RedisUnavailable(f"cannot reach Redis at {self.where}: {exc}") from exc
+                error = exc
+                if self._cluster:
+                    await self._forget_topology()
+            else:
+                if failures:
+                    log.info(
+                        "delayq: %s: Redis reachable again after %d failed tries",
+                        printable(self._label),
+                        failures,
+                    )
+                self._connected = True
+                return result
+            failures += 1
+            self._check_open()
+            now = backend.monotonic()
+            if deadline is not None and now >= deadline:
+                raise RedisUnavailable(
+                    f"Redis at {self.where} unreachable after {failures} tries: {error}"
+                ) from error
+            if failures == 1 or failures % 20 == 0:
+                log.warning(
+                    "delayq: %s: Redis call failed (%s); retrying",
+                    printable(self._label),
+                    printable(error),
+                )
+            await backend.sleep(backoff.pause(now, deadline))
+
+    async def _forget_topology(self) -> None:
+        """A node was lost: forget what MOVED taught and ask the cluster again."""
+        self._slots.clear()
+        try:
+            await backend.refresh_topology(backend.resolve(self._client))
+        except Exception as exc:  # the next try fails the same way and is counted
+            log.debug("delayq: cluster topology refresh failed: %s", exc)
+
+
+async def _send(conn: Any, commands: Sequence[Command]) -> list[Any]:
+    """Write ``commands`` at once and read every reply, error replies in place."""
+    if len(commands) == 1:  # the hot path: one EVALSHA
+        await conn.send_command(*commands[0])
+    else:
+        await conn.send_packed_command(conn.pack_commands(commands))
+    replies: list[Any] = []
+    for _ in commands:
+        try:
+            replies.append(await conn.read_response())
+        except ResponseError as exc:
+            replies.append(exc)
+    return replies
+
+
+# redis-py turns these error replies into classes and drops their first word from the text.
+_PREFIXES: tuple[tuple[type[Exception], str], ...] = (
+    (NoScriptError, "NOSCRIPT"),
+    (MovedError, "MOVED"),  # before AskError, its base class
+    (AskError, "ASK"),
+    (ReadOnlyError, "READONLY"),
+    (BusyLoadingError, "LOADING"),
+    (TryAgainError, "TRYAGAIN"),
+    (MasterDownError, "MASTERDOWN"),  # before ClusterDownError, its base class
+    (ClusterDownError, "CLUSTERDOWN"),
+)
+
+
+def _reply_text(exc: ResponseError) -> str:
+    """The error reply as Redis sent it."""
+    for cls, prefix in _PREFIXES:
+        if isinstance(exc, cls):
+            return f"{prefix} {exc}"
+    return str(exc)
+
+
+def _classify(exc: ResponseError) -> Failure:
+    return classify_reply(_reply_text(exc))
+
+
+def _noscript(reply: Any) -> bool:
+    return isinstance(reply, ResponseError) and _classify(reply) is Failure.NOSCRIPT
+
+
+def _redirection(reply: ResponseError) -> bool:
+    return _classify(reply) in (Failure.MOVED, Failure.ASK)
