@@ -1,5 +1,5 @@
-"""The queue's own script connection (the runner's kept connection): shared by threads, safe across a
-fork, dropped when a call is cancelled mid-reply, and never used on a client passed in."""
+"""The queue's own script connection (the runner's kept connection): shared by threads, safe
+across a fork, dropped when a call is cancelled mid-reply, never used on a client passed in."""
 
 from __future__ import annotations
 
