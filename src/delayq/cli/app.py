@@ -711,6 +711,11 @@ def dashboard(
     web.serve(settings, host, port)
 
 
+from . import outbox as outbox_cli  # noqa: E402  (relay, outbox: cli/outbox.py)
+
+outbox_cli.register(app)
+
+
 # -- entry point -----------------------------------------------------------------------------
 
 

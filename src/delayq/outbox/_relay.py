@@ -34,6 +34,7 @@ from ._schema import DEFAULT_BATCH, Schema, for_psycopg
 log = logging.getLogger("delayq.outbox")
 
 _FIRST_BACKOFF_S: Final = 0.05
+APP_NAME: Final = "delayq-relay"  # pg_stat_activity's application_name of a relay's sessions
 # Redis errors that say nothing about the row being applied: wait and try the batch again.
 _REDIS_DOWN: Final = (RedisUnavailable, ServerError)
 
@@ -66,6 +67,7 @@ class AsyncRelay:
             only bounds the delay of a row whose notification was lost.
         redis_timeout: how long one Redis call keeps retrying before the batch rolls back.
         max_backoff: the longest wait between reconnection attempts.
+        name: the relay's ``application_name`` in ``pg_stat_activity``.
     """
 
     def __init__(
@@ -79,7 +81,11 @@ class AsyncRelay:
         sweep_interval: float = 5.0,
         redis_timeout: float = 5.0,
         max_backoff: float = 5.0,
+        name: str = APP_NAME,
     ) -> None:
+        if not isinstance(name, str) or not name.isprintable() or not 0 < len(name) < 64:
+            raise ConfigError(f"name must be 1-63 printable characters, got {name!r}")
+        self.name = name
         if not isinstance(dsn, str) or not dsn:
             raise ConfigError("the relay needs a PostgreSQL DSN (a connection string)")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
@@ -140,7 +146,7 @@ class AsyncRelay:
 
     async def relay_pending(self) -> int:
         """Relay what is pending now, once, and return the rows handled (no LISTEN)."""
-        conn = await self._psycopg.AsyncConnection.connect(self._dsn)
+        conn = await self._psycopg.AsyncConnection.connect(self._dsn, application_name=self.name)
         try:
             return await self._drain(conn, stop_when_idle=True)
         finally:
@@ -170,8 +176,8 @@ class AsyncRelay:
         assert self._stop_event is not None
         connect = self._psycopg.AsyncConnection.connect
         async with (
-            await connect(self._dsn, autocommit=True) as listener,
-            await connect(self._dsn) as work,
+            await connect(self._dsn, autocommit=True, application_name=self.name) as listener,
+            await connect(self._dsn, application_name=self.name) as work,
         ):
             # LISTEN before the first drain: a commit between the two is caught by either.
             await listener.execute(self._schema.listen)

@@ -1,0 +1,86 @@
+"""Prometheus metrics of the outbox and a relay (the metrics extra), read at each scrape:
+
+- ``delayq_outbox_pending{prefix,queue}``: rows committed and not relayed yet;
+- ``delayq_outbox_dead{prefix,queue}``: rows no relay could apply;
+- ``delayq_outbox_lag_seconds{prefix,queue}``: age of the oldest pending row (0 when none),
+  on the database's clock: how far the relays are behind;
+- ``delayq_outbox_relayed_total{op}``, ``delayq_outbox_dead_total``: this relay's own work;
+- ``delayq_outbox_relay_last_lag_seconds``: commit to Redis for the last batch it relayed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..metrics._base import require_prometheus
+
+if TYPE_CHECKING:
+    from ..metrics._serve import MetricsServer
+    from ._outbox import Outbox
+    from ._relay import RelayStats
+
+log = logging.getLogger("delayq.outbox")
+
+
+class OutboxCollector:
+    """A prometheus-client collector: the outbox table's backlog (one query per scrape) and,
+    if given, one relay's counters."""
+
+    def __init__(self, outbox: Outbox, stats: RelayStats | None = None) -> None:
+        self._outbox = outbox
+        self._stats = stats
+
+    def collect(self) -> Iterator[Any]:
+        core = require_prometheus().core
+        labels = ["prefix", "queue"]
+        pending = core.GaugeMetricFamily(
+            "delayq_outbox_pending", "Outbox rows committed and not relayed yet.", labels=labels
+        )
+        dead = core.GaugeMetricFamily(
+            "delayq_outbox_dead", "Outbox rows no relay could apply.", labels=labels
+        )
+        lag = core.GaugeMetricFamily(
+            "delayq_outbox_lag_seconds",
+            "Age of the oldest pending outbox row (database clock).",
+            labels=labels,
+        )
+        try:
+            status = self._outbox.status()
+        except Exception as exc:  # a scrape must not fail because the database is away
+            log.warning("outbox metrics: cannot read the table: %s", exc)
+            status = None
+        for q in status.queues if status else ():
+            pending.add_metric([q.prefix, q.queue], q.pending)
+            dead.add_metric([q.prefix, q.queue], q.dead)
+            lag.add_metric([q.prefix, q.queue], q.oldest_pending_age or 0.0)
+        yield from (pending, dead, lag)
+        if self._stats is None:
+            return
+        relayed = core.CounterMetricFamily(
+            "delayq_outbox_relayed", "Rows this relay applied to Redis.", labels=["op"]
+        )
+        relayed.add_metric(["offer"], self._stats.offered)
+        relayed.add_metric(["cancel"], self._stats.cancelled)
+        relayed.add_metric(["reschedule"], self._stats.rescheduled)
+        buried = core.CounterMetricFamily("delayq_outbox_dead", "Rows this relay marked dead.")
+        buried.add_metric([], self._stats.dead)
+        last = core.GaugeMetricFamily(
+            "delayq_outbox_relay_last_lag_seconds",
+            "Commit to Redis for the oldest row of this relay's last batch.",
+        )
+        last.add_metric([], self._stats.last_lag_s or 0.0)
+        yield from (relayed, buried, last)
+
+
+def serve_relay_metrics(
+    outbox: Outbox, stats: RelayStats | None, port: int, host: str = "127.0.0.1"
+) -> MetricsServer:
+    """Serve the outbox's (and a relay's) metrics on ``http://host:port/metrics``."""
+    prometheus = require_prometheus()
+    from ..metrics._serve import MetricsServer
+
+    registry = prometheus.CollectorRegistry(auto_describe=False)
+    registry.register(OutboxCollector(outbox, stats))
+    return MetricsServer(registry, host, port)
