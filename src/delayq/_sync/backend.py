@@ -83,8 +83,18 @@ class _LazyCluster:
 
     def __init__(self, target: Target, auth: dict[str, Any], common: dict[str, Any]) -> None:
         self._args = (target, auth, common)
+        self._client: redis_lib.RedisCluster | None = None
 
     def build(self) -> redis_lib.RedisCluster:
+        if self._client is None:
+            self._client = self._make()
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def _make(self) -> redis_lib.RedisCluster:
         target, auth, common = self._args
         return redis_lib.RedisCluster(
             startup_nodes=[

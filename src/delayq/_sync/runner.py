@@ -42,7 +42,7 @@ from .._core.connection import (
 from .._core.scripts import Op, script
 from .._core.text import printable
 from .._core.urls import safe_url
-from ..exceptions import QueueClosed, RedisUnavailable, ServerError
+from ..exceptions import ConfigError, QueueClosed, RedisUnavailable, ServerError
 from . import backend
 
 log = logging.getLogger("delayq")
@@ -352,8 +352,14 @@ class Runner:
             except _Redirected as exc:
                 error: BaseException = exc
             except ResponseError as exc:
-                if _classify(exc) is Failure.FATAL:
+                kind = _classify(exc)
+                if kind is Failure.FATAL:
                     raise ServerError(f"Redis refused a delayq call: {exc}") from exc
+                if kind in (Failure.MOVED, Failure.ASK) and not self._cluster:
+                    raise ConfigError(
+                        f"Redis at {self.where} is a cluster node: connect with "
+                        "redis+cluster://host:port[,host:port...] or pass a RedisCluster client"
+                    ) from exc
                 error = exc
             except _LOST as exc:
                 if classify_connection_error(exc) is Failure.UNREACHABLE and not self._connected:
