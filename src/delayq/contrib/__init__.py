@@ -1,0 +1,1 @@
+"""Integrations of delayq with frameworks: :mod:`delayq.contrib.django`."""

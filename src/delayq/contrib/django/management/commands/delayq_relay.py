@@ -1,0 +1,65 @@
+"""``manage.py delayq_relay``: move committed outbox rows into their delayq queues."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from .....exceptions import ConfigError
+from .....outbox import AsyncRelay
+from ...conf import delayq_settings
+from ...database import conninfo
+
+log = logging.getLogger("delayq.outbox")
+
+
+class Command(BaseCommand):
+    help = (
+        "Relay the outbox of DELAYQ['DATABASE'] to Redis (DELAYQ['REDIS_URL']) until SIGTERM "
+        "or Ctrl-C; woken by LISTEN/NOTIFY at each commit. Any number may run at once."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--database", help="Django database alias (default: DELAYQ['DATABASE'])."
+        )
+        parser.add_argument("--batch-size", type=int, help="Rows claimed per transaction.")
+        parser.add_argument(
+            "--sweep-interval", type=float, help="Seconds between looks without a NOTIFY."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            conf = delayq_settings()
+            relay_options = {
+                name: options[name]
+                for name in ("batch_size", "sweep_interval")
+                if options.get(name) is not None
+            }
+            relay = AsyncRelay(conninfo(options.get("database")), conf.redis_url, **relay_options)
+        except (ImproperlyConfigured, ConfigError) as exc:
+            raise CommandError(str(exc)) from exc
+        # The command is the program, so it may set logging up (a library never does).
+        if not logging.getLogger().handlers:
+            logging.basicConfig(
+                level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+            )
+        asyncio.run(_run(relay))
+
+
+async def _run(relay: AsyncRelay) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, relay.stop)  # stop after the batch in hand
+    log.info("delayq relay started")
+    try:
+        await relay.run()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        log.info("delayq relay stopped: %s", relay.stats)

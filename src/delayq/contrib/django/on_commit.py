@@ -1,0 +1,86 @@
+"""Offers sent to Redis by ``transaction.on_commit``: for projects that do not want an outbox.
+
+The task is offered right after the transaction commits, and never for one that rolls back.
+What this cannot do, and the outbox can:
+
+- a process that dies between the commit and the callback (a crash, a deploy's SIGKILL, an
+  out-of-memory kill) loses the task: the order exists and nothing will ever close it;
+- Redis unreachable at commit time loses it too: the callback logs the error (on the
+  ``delayq.django`` logger, with the task id) and cannot undo the commit.
+
+So the database and Redis can disagree; a periodic reconciliation job that finds rows
+without their task is the safety net (docs/exactly-once.md). Arguments are checked and the
+payload encoded before the callback is registered, so bad input raises inside the
+transaction, not after it.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+
+from ..._core.offers import Offer, build_offer
+from ..._core.timing import Duration
+from ...exceptions import DelayqError
+from ...outbox import QueueFormat
+from .conf import delayq_settings
+from .outbox import format_options
+from .queues import get_queue
+
+log = logging.getLogger("delayq.django")
+
+
+def offer_on_commit(
+    queue: str,
+    payload: Any,
+    delay: Duration | None = None,
+    *,
+    using: str | None = None,
+    at: datetime | float | None = None,
+    key: str | None = None,
+    id: str | None = None,
+    priority: int = 0,
+    headers: dict[str, str] | None = None,
+    ttl: Duration | None = None,
+    key_ttl: Duration | None = None,
+    dedup: str | None = None,
+) -> str:
+    """Offer ``payload`` to ``queue`` once the transaction on ``using`` commits (at once
+    outside a transaction); the same options as ``DelayQueue.offer``.
+
+    Returns the id the task will have (drawn now, so it can be stored in the same
+    transaction). With ``key`` and ``dedup="keep"``, a live task already holding the key
+    keeps its own id and this one is not created. ``delay`` counts from the commit.
+    """
+    options = delayq_settings().queue(queue).options
+    codec = QueueFormat(**format_options(options)).envelope_codec()
+    offer = Offer(payload, delay, at, key, id, priority, headers, ttl, key_ttl)
+    task_id = build_offer(codec, offer).id  # validates everything, draws the id
+    send = partial(
+        get_queue(queue).offer, payload, delay, at=at, key=key, id=task_id,
+        priority=priority, headers=headers, ttl=ttl, key_ttl=key_ttl, dedup=dedup,
+    )  # fmt: skip
+    transaction.on_commit(partial(_after_commit, send, queue, task_id, "offer"), using=using)
+    return task_id
+
+
+def cancel_on_commit(queue: str, task_id: str, *, using: str | None = None) -> None:
+    """Cancel a task once the transaction on ``using`` commits (at once outside one)."""
+    send = partial(get_queue(queue).cancel, task_id)
+    transaction.on_commit(partial(_after_commit, send, queue, task_id, "cancel"), using=using)
+
+
+def _after_commit(send: Any, queue: str, task_id: str, what: str) -> None:
+    # Raising here would not undo the commit; it would only turn the caller's committed work
+    # into an error and skip the other callbacks. Say loudly what was lost instead.
+    try:
+        send()
+    except DelayqError as exc:
+        log.error(
+            "delayq %s of task %s on queue %s lost after its transaction committed: %s",
+            what, task_id, queue, exc,
+        )  # fmt: skip

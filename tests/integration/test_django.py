@@ -1,0 +1,385 @@
+"""delayq.contrib.django end to end: the shop in tests/django_project on a private PostgreSQL
+database and a private Redis, through its real views, migrations and management commands."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("django")
+psycopg = pytest.importorskip("psycopg")
+
+from delayq import DelayQueue, EncodeError, TaskState  # noqa: E402
+from delayq.embedded import EmbeddedRedis, free_port  # noqa: E402
+from delayq.outbox import Relay  # noqa: E402
+from tests.helpers import wait_until  # noqa: E402
+
+PROJECT = Path(__file__).resolve().parents[1] / "django_project"
+ADMIN_DSN = os.environ.get("PG_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def _postgres_up() -> bool:
+    try:
+        psycopg.connect(ADMIN_DSN, connect_timeout=3).close()
+    except psycopg.Error:
+        return False
+    return True
+
+
+pytestmark = pytest.mark.skipif(not _postgres_up(), reason=f"no PostgreSQL at {ADMIN_DSN}")
+
+
+@pytest.fixture(scope="module")
+def project(redis7_server: EmbeddedRedis) -> Iterator[dict[str, str]]:
+    """Django set up on the shop project, migrated into a database of its own (dropped
+    afterwards); returns the environment a ``manage.py`` subprocess needs."""
+    name = f"delayq_django_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    env = {
+        "DELAYQ_TEST_DB": name,
+        "REDIS_URL": redis7_server.url,
+        "DELAYQ_PREFIX": f"dj{uuid.uuid4().hex[:8]}",
+        "DJANGO_SETTINGS_MODULE": "project.settings",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    sys.path.insert(0, str(PROJECT))
+    try:
+        import django
+        from django.core.management import call_command
+
+        django.setup()
+        call_command("migrate", verbosity=0)
+        yield env
+    finally:
+        from django.db import connections
+
+        from delayq.contrib.django import close_queues
+
+        close_queues()
+        connections.close_all()
+        sys.path.remove(str(PROJECT))
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def client(project: dict[str, str]) -> Any:
+    from django.test import Client
+
+    return Client()
+
+
+@pytest.fixture
+def queue(project: dict[str, str]) -> Iterator[DelayQueue]:
+    """The shop's orders queue, read directly (not the integration's shared object)."""
+    q = DelayQueue("orders", project["REDIS_URL"], prefix=project["DELAYQ_PREFIX"])
+    yield q
+    q.close()
+
+
+@pytest.fixture
+def relay(project: dict[str, str]) -> Iterator[Relay]:
+    from delayq.contrib.django.database import conninfo
+
+    with Relay(conninfo(), project["REDIS_URL"]) as running:
+        assert running.wait_connected(10)
+        yield running
+
+
+def outbox_rows(task_id: str) -> int:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM delayq_outbox WHERE task_id = %s", [task_id])
+        return int(cur.fetchone()[0])
+
+
+def order(order_id: int) -> Any:
+    from shop.models import Order
+
+    return Order.objects.get(id=order_id)
+
+
+def manage(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(PROJECT / "manage.py"), *args],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def stop(proc: subprocess.Popen[str]) -> str:
+    """SIGTERM, then the exit status must be 0; returns what the process printed."""
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    return out
+
+
+# -- the outbox path -------------------------------------------------------------------------
+
+
+def test_migration_made_the_outbox_table(project: dict[str, str]) -> None:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT to_regclass('delayq_outbox') IS NOT NULL")
+        assert cur.fetchone()[0] is True
+
+
+def test_placed_order_has_its_task_in_redis(client: Any, queue: DelayQueue, relay: Relay) -> None:
+    reply = client.post("/orders/?delay=30")
+    assert reply.status_code == 201
+    placed = reply.json()
+    info = wait_until(lambda: queue.get(placed["close_task_id"]))
+    assert info.state is TaskState.DELAYED
+    assert info.payload == {"order_id": placed["id"]}
+    assert info.key == f"close:{placed['id']}"
+    assert order(placed["id"]).close_task_id == placed["close_task_id"]
+    wait_until(lambda: outbox_rows(placed["close_task_id"]) == 0)  # relayed rows are removed
+
+
+def test_rolled_back_offer_leaves_no_row(project: dict[str, str]) -> None:
+    from django.db import transaction
+    from shop.models import Order
+
+    from delayq.contrib import django as delayq_django
+
+    offered: list[str] = []
+    with pytest.raises(RuntimeError), transaction.atomic():
+        created = Order.objects.create()
+        offered.append(delayq_django.offer("orders", {"order_id": created.id}, delay=1))
+        assert outbox_rows(offered[0]) == 1  # visible inside the transaction
+        raise RuntimeError("the view failed after the offer")
+    assert outbox_rows(offered[0]) == 0
+    assert not Order.objects.filter(id=created.id).exists()
+
+
+def test_savepoint_rollback_drops_only_its_offer(
+    project: dict[str, str], queue: DelayQueue, relay: Relay
+) -> None:
+    from django.db import transaction
+
+    from delayq.contrib import django as delayq_django
+
+    with transaction.atomic():
+        kept = delayq_django.offer("orders", {"order_id": -1}, delay=30)
+        with pytest.raises(ValueError), transaction.atomic():
+            dropped = delayq_django.offer("orders", {"order_id": -2}, delay=30)
+            raise ValueError("inner block fails")
+    assert wait_until(lambda: queue.get(kept)).state is TaskState.DELAYED
+    assert outbox_rows(dropped) == 0
+    assert queue.get(dropped) is None
+    queue.cancel(kept)
+
+
+def test_bad_payload_raises_inside_the_transaction(project: dict[str, str]) -> None:
+    from django.db import transaction
+    from shop.models import Order
+
+    from delayq.contrib import django as delayq_django
+
+    before = Order.objects.count()
+    with pytest.raises(EncodeError), transaction.atomic():
+        Order.objects.create()
+        delayq_django.offer("orders", {"order_id": object()}, delay=1)
+    assert Order.objects.count() == before
+
+
+def test_pay_cancels_the_close_task(client: Any, queue: DelayQueue, relay: Relay) -> None:
+    placed = client.post("/orders/?delay=30").json()
+    wait_until(lambda: queue.get(placed["close_task_id"]))
+    assert client.post(f"/orders/{placed['id']}/pay/").status_code == 200
+    wait_until(lambda: queue.get(placed["close_task_id"]) is None)
+    assert order(placed["id"]).status == "paid"
+    assert client.post(f"/orders/{placed['id']}/pay/").status_code == 409
+
+
+def test_pay_before_the_relay_ran_never_reaches_redis(client: Any, queue: DelayQueue) -> None:
+    """No relay runs while the order is placed and paid: the offer row is dropped by the
+    cancel, and a relay started afterwards creates no task."""
+    from delayq.contrib.django.database import conninfo
+
+    placed = client.post("/orders/?delay=30").json()
+    assert client.post(f"/orders/{placed['id']}/pay/").status_code == 200
+    relay = Relay(conninfo(), os.environ["REDIS_URL"])
+    relay.relay_pending()
+    assert queue.get(placed["close_task_id"]) is None
+    assert outbox_rows(placed["close_task_id"]) == 0
+
+
+# -- the management commands -----------------------------------------------------------------
+
+
+def test_worker_command_closes_unpaid_orders_only(
+    project: dict[str, str], client: Any, relay: Relay
+) -> None:
+    worker = manage(project, "delayq_worker", "--queue", "orders", "--concurrency", "2")
+    try:
+        unpaid = [client.post("/orders/?delay=0.3").json() for _ in range(3)]
+        paid = client.post("/orders/?delay=0.6").json()
+        assert client.post(f"/orders/{paid['id']}/pay/").status_code == 200
+        wait_until(lambda: all(order(o["id"]).status == "closed" for o in unpaid), timeout=20)
+    finally:
+        out = stop(worker)
+    assert "delayq worker stopped" in out
+    for placed in unpaid:
+        closed = order(placed["id"])
+        assert closed.closed_at is not None
+        assert closed.close_deliveries == 1
+    assert order(paid["id"]).status == "paid"
+    assert order(paid["id"]).close_deliveries == 0
+
+
+def test_relay_command_moves_committed_offers(
+    project: dict[str, str], client: Any, queue: DelayQueue
+) -> None:
+    proc = manage(project, "delayq_relay", "--sweep-interval", "1")
+    try:
+        placed = client.post("/orders/?delay=30").json()
+        info = wait_until(lambda: queue.get(placed["close_task_id"]), timeout=20)
+        assert info.state is TaskState.DELAYED
+    finally:
+        out = stop(proc)
+    assert "delayq relay stopped" in out
+    queue.cancel(placed["close_task_id"])
+
+
+def test_worker_command_without_a_handler_is_a_clear_error(project: dict[str, str]) -> None:
+    proc = manage(project, "delayq_worker", "--queue", "no-such-queue")
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    assert "DELAYQ['QUEUES']['no-such-queue'] has no HANDLER" in out
+    assert "Traceback" not in out
+
+
+def test_relay_command_on_a_dead_database_alias_is_a_clear_error(
+    project: dict[str, str],
+) -> None:
+    proc = manage(project, "delayq_relay", "--database", "nope")
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    assert "nope" in out
+
+
+# -- the on_commit path ----------------------------------------------------------------------
+
+
+def test_on_commit_offers_after_the_commit_only(project: dict[str, str], queue: DelayQueue) -> None:
+    from django.db import transaction
+
+    from delayq.contrib import django as delayq_django
+
+    with transaction.atomic():
+        task_id = delayq_django.offer_on_commit("orders", {"order_id": -3}, delay=30)
+        assert queue.get(task_id) is None  # nothing in Redis before the commit
+    assert queue.get(task_id).state is TaskState.DELAYED  # sent by the commit itself
+    with pytest.raises(RuntimeError), transaction.atomic():
+        lost = delayq_django.offer_on_commit("orders", {"order_id": -4}, delay=30)
+        raise RuntimeError("rolled back")
+    assert queue.get(lost) is None
+    queue.cancel(task_id)
+
+
+def test_on_commit_views_place_and_cancel(client: Any, queue: DelayQueue) -> None:
+    placed = client.post("/on-commit/orders/?delay=30").json()
+    assert queue.get(placed["close_task_id"]).key == f"close:{placed['id']}"
+    assert client.post(f"/on-commit/orders/{placed['id']}/pay/").status_code == 200
+    assert queue.get(placed["close_task_id"]) is None
+
+
+def test_on_commit_bad_input_raises_before_the_commit(project: dict[str, str]) -> None:
+    from django.db import transaction
+
+    from delayq import InvalidDelay
+    from delayq.contrib import django as delayq_django
+
+    with pytest.raises(InvalidDelay), transaction.atomic():
+        delayq_django.offer_on_commit("orders", {"order_id": 1}, delay=-1)
+
+
+def test_on_commit_with_redis_down_loses_the_task_and_says_so(
+    project: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The limit the docs state: the transaction commits, the task cannot be sent."""
+    from django.db import transaction
+    from django.test import override_settings
+    from shop.models import Order
+
+    from delayq.contrib import django as delayq_django
+
+    settings = {
+        "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",  # nothing listens there
+        "QUEUES": {"orders": {"OPTIONS": {"reconnect_timeout": 0.2}}},
+    }
+    with override_settings(DELAYQ=settings), caplog.at_level(logging.ERROR, "delayq.django"):
+        with transaction.atomic():
+            created = Order.objects.create()
+            task_id = delayq_django.offer_on_commit("orders", {"order_id": created.id}, delay=1)
+        assert Order.objects.filter(id=created.id).exists()  # committed without its task
+    assert f"offer of task {task_id} on queue orders lost after its transaction committed" in (
+        caplog.text
+    )
+
+
+# -- settings --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"REDIS": "x"}, "DELAYQ: unknown key REDIS"),
+        ({"QUEUES": []}, "DELAYQ['QUEUES'] must be a dict"),
+        ({"QUEUES": {"orders": {"HANDLER": "nodots"}}}, "must be a dotted path"),
+        ({"QUEUES": {"orders": {"OPTION": {}}}}, "unknown key OPTION"),
+        ({"DATABASE": "other"}, "'other', which is not in DATABASES"),
+        ({"WORKER": {"concurency": 2}}, "unknown key concurency"),
+        ({"PREFIX": ""}, "DELAYQ['PREFIX'] must be a non-empty string"),
+    ],
+)
+def test_bad_settings_are_named(
+    project: dict[str, str], setting: dict[str, Any], message: str
+) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+    from django.test import override_settings
+
+    from delayq.contrib.django import delayq_settings
+
+    with (
+        override_settings(DELAYQ=setting),
+        pytest.raises(ImproperlyConfigured, match=re.escape(message)),
+    ):
+        delayq_settings()
+
+
+def test_bad_queue_options_are_named(project: dict[str, str]) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+    from django.test import override_settings
+
+    from delayq.contrib.django import get_queue
+
+    setting = {"QUEUES": {"orders": {"OPTIONS": {"max_attempts": 0}}}}
+    with (
+        override_settings(DELAYQ=setting),
+        pytest.raises(ImproperlyConfigured, match=r"\['orders'\]\['OPTIONS'\]: max_attempts"),
+    ):
+        get_queue("orders")
