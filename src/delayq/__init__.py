@@ -23,6 +23,7 @@ from .exceptions import (
     RedisUnavailable,
     ServerError,
     TaskIdConflict,
+    TaskIdConflict,
     TaskNotFound,
     WorkerFailed,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "InvalidTaskError",
     "LeaseLost",
     "Offer",
+    "OfferOutcome",
     "OfferOutcome",
     "PayloadTooLarge",
     "QueueClosed",

@@ -383,7 +383,9 @@ async def test_reschedule_unknown_in_flight_or_dead_is_false(queue) -> None:
 async def test_caller_chosen_id_makes_a_repeated_offer_a_no_op(queue) -> None:
     q = queue()
     assert await q.offer("first", 60, id="job-1") == "job-1"
-    assert await q.offer("second", 1, id="job-1") == "job-1"
+    assert await q.offer("first", 1, id="job-1") == "job-1"  # the same task again: kept
+    with pytest.raises(delayq.TaskIdConflict):  # another task under that id: reported
+        await q.offer("second", 1, id="job-1")
     info = await q.get("job-1")
     assert info.payload == "first"
     assert await counts(q) == (1, 0, 0, 0)
@@ -391,7 +393,7 @@ async def test_caller_chosen_id_makes_a_repeated_offer_a_no_op(queue) -> None:
     # also while the task is in flight: no second copy appears
     await q.reschedule("job-1", 0)
     task = await q.poll(timeout=5)
-    assert await q.offer("third", id="job-1") == "job-1"
+    assert await q.offer("first", id="job-1") == "job-1"
     assert await counts(q) == (0, 0, 1, 0)
     await task.ack()
 

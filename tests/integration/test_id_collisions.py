@@ -11,7 +11,7 @@ import pytest
 from delayq import Offer
 from delayq._core import offers, protocol
 from delayq._core.scripts import Op
-from delayq.exceptions import ServerError
+from delayq.exceptions import ServerError, TaskIdConflict
 
 TAKEN = "0Q8taken0Q8tak"
 
@@ -85,8 +85,11 @@ def test_bulk_offer_draws_again_only_for_the_taken_ids(make_queue, draws) -> Non
 def test_a_chosen_id_held_by_other_content_is_kept_not_redrawn(make_queue) -> None:
     q = make_queue()
     assert q.offer("a", 60, id="order-1") == "order-1"
-    assert q.offer("b", 60, id="order-1") == "order-1"  # a repeated offer: a no-op
-    assert q.offer_many([Offer("c", 60, id="order-1")]) == ["order-1"]
+    assert q.offer("a", 60, id="order-1") == "order-1"  # a repeated offer: a no-op
+    with pytest.raises(TaskIdConflict):  # other content: kept, and reported
+        q.offer("b", 60, id="order-1")
+    with pytest.raises(TaskIdConflict):
+        q.offer_many([Offer("c", 60, id="order-1")])
     assert payload_of(q, "order-1") == "a" and q.stats().delayed == 1
 
 

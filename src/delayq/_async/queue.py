@@ -11,10 +11,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Any, NamedTuple, cast
+from typing import Any, Generic, NamedTuple, cast
 
 from .._core import protocol
-from .._core.codecs import PayloadType, check_codec
+from .._core.codecs import PayloadT, PayloadType, check_codec
 from .._core.envelope import EnvelopeCodec
 from .._core.keys import QueueKeys
 from .._core.models import (
@@ -26,7 +26,15 @@ from .._core.models import (
     TaskState,
     to_datetime,
 )
-from .._core.offers import Offer, build_offer, build_plain_offer, build_plain_offers
+from .._core.offers import (
+    Offer,
+    TaskId,
+    build_offer,
+    build_plain_offer,
+    build_plain_offers,
+    check_conflicts,
+    task_id_of,
+)
 from .._core.protocol import FetchResult, OfferSpec, Policy, RawTask
 from .._core.scripts import Op
 from .._core.text import printable, utf8_safe
@@ -46,11 +54,11 @@ log = logging.getLogger("delayq")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class AsyncTask:
+class AsyncTask(Generic[PayloadT]):
     """A task handed to this consumer, with the lease that makes it ours until acked."""
 
     id: str
-    payload: Any
+    payload: PayloadT  # an instance of the queue's payload_type, if it has one
     attempts: int  # deliveries so far, this one included
     due_ms: int  # epoch ms, server clock
     delivered_ms: int  # epoch ms, server clock
@@ -58,7 +66,7 @@ class AsyncTask:
     headers: dict[str, str] = field(default_factory=dict)
     key: str | None = None
     lease_token: str | None = None  # None in at-most-once mode
-    queue: AsyncDelayQueue | None = field(default=None, repr=False)
+    queue: AsyncDelayQueue[PayloadT] | None = field(default=None, repr=False)
 
     @property
     def due_at(self) -> datetime:
@@ -75,7 +83,7 @@ class AsyncTask:
         """How long after its due time the task was handed out."""
         return self.delivered_ms - self.due_ms
 
-    def _queue(self) -> AsyncDelayQueue:
+    def _queue(self) -> AsyncDelayQueue[PayloadT]:
         if self.queue is None:
             raise QueueClosed("task is detached from its queue")
         return self.queue
@@ -114,7 +122,7 @@ class _Quiet(NamedTuple):
     result: FetchResult
 
 
-class AsyncDelayQueue:
+class AsyncDelayQueue(Generic[PayloadT]):
     """A delayed queue on Redis: tasks are delivered at their due time to one consumer each.
 
     Args:
@@ -124,7 +132,10 @@ class AsyncDelayQueue:
             client too) or ``RedisCluster`` client (not ``decode_responses``), or None for
             ``$REDIS_URL`` (``redis://127.0.0.1:6379/0`` when it is not set).
         codec: ``"json"`` (default), ``"msgpack"`` or ``"pickle"`` (explicit opt-in).
-        payload_type: a dataclass or pydantic model; payloads round-trip as that class.
+        payload_type: the payloads' class (dataclass, TypedDict, NamedTuple, msgspec Struct or,
+            with pydantic installed, pydantic model): payloads round-trip as that class, and
+            type checkers see ``task.payload`` as it. A class that cannot round-trip is a
+            :class:`ConfigError` here.
         visibility_timeout: seconds a delivered task stays leased before it is delivered again.
         max_attempts: deliveries before a failing task is dead-lettered.
         retry_backoff: delay policy for retries and expired leases.
@@ -149,7 +160,7 @@ class AsyncDelayQueue:
         redis: Any = None,
         *,
         codec: str = "json",
-        payload_type: type | None = None,
+        payload_type: type[PayloadT] | None = None,
         visibility_timeout: Duration = 30.0,
         max_attempts: int = 10,
         retry_backoff: Backoff | None = None,
@@ -221,7 +232,7 @@ class AsyncDelayQueue:
         await self._notifier.close()
         await self._runner.close()
 
-    async def __aenter__(self) -> AsyncDelayQueue:
+    async def __aenter__(self) -> AsyncDelayQueue[PayloadT]:
         return self
 
     async def __aexit__(
@@ -236,7 +247,7 @@ class AsyncDelayQueue:
 
     async def offer(
         self,
-        payload: Any,
+        payload: PayloadT,
         delay: Duration | None = None,
         *,
         at: datetime | float | None = None,
@@ -247,14 +258,18 @@ class AsyncDelayQueue:
         ttl: Duration | None = None,
         key_ttl: Duration | None = None,
         dedup: str | None = None,
-    ) -> str:
+    ) -> TaskId:
         """Schedule ``payload`` after ``delay`` seconds (or at ``at``); return the task id.
 
-        With ``key``, at most one live task holds the key: the existing task's id is returned
-        (``dedup="keep"``), or a pending one is updated (``dedup="replace"``). ``key_ttl`` keeps
-        the key taken for that long after the task completes. With ``id``, an offer repeated
-        after a timeout is a no-op. ``ttl`` drops the task if it is not delivered within that
-        long after its due time. Nothing is written if any argument is invalid.
+        The id is a :class:`TaskId`, a ``str`` whose ``outcome`` says what happened:
+        ``created``, or, with ``key``, ``existing`` (another live task holds the key and is
+        kept; its id is returned, ``dedup="keep"``) or ``replaced`` (the pending task holding
+        the key got this payload and due time, ``dedup="replace"``). ``key_ttl`` keeps the key
+        taken for that long after the task completes. With ``id``, an offer repeated after a
+        timeout is a no-op (``existing``); if a task with other content (payload, headers,
+        priority, key) holds the id, it is kept and :class:`TaskIdConflict` is raised. ``ttl``
+        drops the task if it is not delivered within that long after its due time. Nothing is
+        written if any argument is invalid.
         """
         plain = key is None and id is None and at is None and ttl is None and key_ttl is None
         if plain and priority == 0 and not headers:  # the common case, on a shorter path
@@ -263,20 +278,23 @@ class AsyncDelayQueue:
             await self._register()
             for _ in range(protocol.ID_DRAWS):
                 status = await self._run(Op.OFFER_ONE, list(spec[:3]), keys=self._offer_one_keys)
-                if status != protocol.ID_TAKEN:
-                    return spec.id
+                if status != protocol.ID_TAKEN:  # 0: an earlier attempt wrote it, reply lost
+                    return TaskId(spec.id)
                 spec = spec._replace(id=protocol.new_task_id())
             raise protocol.no_free_id()
         offer = Offer(payload, delay, at, key, id, priority, headers, ttl, key_ttl)
         spec = build_offer(self._codec, offer)
-        return (await self._write_offers(self._offer_mode(dedup), [spec], [id is None]))[0]
+        written = await self._write_offers(self._offer_mode(dedup), [spec], [id is None])
+        return check_conflicts(written)[0]
 
     async def offer_many(
         self, items: Iterable[Offer | tuple[Any, Duration | None]], *, dedup: str | None = None
-    ) -> list[str]:
+    ) -> list[TaskId]:
         """Schedule many tasks in few round trips; ``items`` are ``(payload, delay)`` pairs or
         :class:`Offer` objects. Every item is validated and encoded before anything is written.
-        Returns the ids in order."""
+        Returns the ids in order, each a :class:`TaskId` saying what happened as in
+        :meth:`offer`. If some items' own ids are held by tasks with other content, every other
+        item is still written, then :class:`TaskIdConflict` is raised with all the results."""
         # Encode everything first: one bad item raises before anything is written.
         items = list(items)
         ids = protocol.new_task_ids(len(items)) if items else []
@@ -286,7 +304,7 @@ class AsyncDelayQueue:
             specs = [self._spec(item, new_id) for item, new_id in zip(items, ids, strict=True)]
         mode = self._offer_mode(dedup)
         drawn = [not (isinstance(item, Offer) and item.id is not None) for item in items]
-        return await self._write_offers(mode, specs, drawn) if specs else []
+        return check_conflicts(await self._write_offers(mode, specs, drawn)) if specs else []
 
     def _spec(self, item: Offer | tuple[Any, Duration | None], new_id: str) -> OfferSpec:
         if isinstance(item, tuple) and len(item) == 2:
@@ -303,8 +321,8 @@ class AsyncDelayQueue:
 
     async def _write_offers(
         self, mode: DedupMode, specs: Sequence[OfferSpec], drawn: Sequence[bool], draws: int = 1
-    ) -> list[str]:
-        """Offer ``specs`` in order and return their ids. ``drawn[i]``: the queue drew
+    ) -> list[TaskId]:
+        """Offer ``specs`` in order and say what each did. ``drawn[i]``: the queue drew
         ``specs[i].id``, so if another task holds it (two producers drew the same id) it draws
         a new one and offers that task again."""
         await self._register()
@@ -319,7 +337,10 @@ class AsyncDelayQueue:
             rest = [protocol.offer_args(mode, chunk) for chunk in chunks[1:]]
             replies += await self._run_pipelined(Op.OFFER, rest)
         results = [pair for reply in replies for pair in protocol.parse_offer(reply)]
-        ids = [task_id for task_id, _ in results]
+        ids = [
+            task_id_of(task_id, status, spec.id, own)
+            for (task_id, status), spec, own in zip(results, specs, drawn, strict=True)
+        ]
         taken = [i for i, (_, st) in enumerate(results) if st == protocol.ID_TAKEN and drawn[i]]
         if taken:
             if draws >= protocol.ID_DRAWS:
@@ -448,19 +469,19 @@ class AsyncDelayQueue:
 
     # -- consuming --------------------------------------------------------------------------
 
-    async def take(self) -> AsyncTask:
+    async def take(self) -> AsyncTask[PayloadT]:
         """Wait as long as it takes for a due task; rides out Redis outages."""
         while True:
             tasks = await self._poll(1, None)
             if tasks:
                 return tasks[0]
 
-    async def poll(self, timeout: Duration = 0.0) -> AsyncTask | None:
+    async def poll(self, timeout: Duration = 0.0) -> AsyncTask[PayloadT] | None:
         """A due task, waiting up to ``timeout`` seconds for one; None if none came."""
         tasks = await self._poll(1, duration_ms(timeout, "timeout") / 1000)
         return tasks[0] if tasks else None
 
-    async def poll_many(self, max_tasks: int, timeout: Duration = 0.0) -> list[AsyncTask]:
+    async def poll_many(self, max_tasks: int, timeout: Duration = 0.0) -> list[AsyncTask[PayloadT]]:
         """Up to ``max_tasks`` due tasks in one round trip, waiting up to ``timeout`` seconds
         for the first; an empty list if none came."""
         if not isinstance(max_tasks, int) or not 1 <= max_tasks <= protocol.MAX_BATCH:
@@ -469,7 +490,7 @@ class AsyncDelayQueue:
             )
         return await self._poll(max_tasks, duration_ms(timeout, "timeout") / 1000)
 
-    async def _poll(self, count: int, timeout: float | None) -> list[AsyncTask]:
+    async def _poll(self, count: int, timeout: float | None) -> list[AsyncTask[PayloadT]]:
         self._check_open()
         deadline = None if timeout is None else backend.monotonic() + timeout
         await self._notifier.start()
@@ -532,7 +553,7 @@ class AsyncDelayQueue:
                 return []
             self._quiet = None
 
-    async def _accept(self, result: FetchResult) -> list[AsyncTask]:
+    async def _accept(self, result: FetchResult) -> list[AsyncTask[PayloadT]]:
         tasks = []
         for raw in result.tasks:
             try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 import msgspec.inspect
@@ -20,6 +20,18 @@ import msgspec.inspect
 from ..exceptions import ConfigError, DecodeError, EncodeError
 
 CODECS: Final = ("json", "msgpack", "pickle")
+
+# The payload type of a queue and its tasks: the class given as ``payload_type``, else Any.
+# The default (PEP 696) is for type checkers only: Python 3.11's TypeVar has none, and it does
+# nothing at run time.
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar
+
+    PayloadT = TypeVar("PayloadT", default=Any)
+else:
+    from typing import TypeVar
+
+    PayloadT = TypeVar("PayloadT")
 
 
 def check_codec(codec: object) -> str:
@@ -105,6 +117,14 @@ def _opaque_parts(cls: type) -> list[type]:
     return found
 
 
+def _str_subclass(obj: Any) -> Any:
+    """msgspec takes exact ``str`` only: a :class:`TaskId` (or any str subclass) in a payload
+    is stored as its text."""
+    if isinstance(obj, str):
+        return str(obj)
+    raise TypeError(f"{type(obj).__name__} values cannot be stored")
+
+
 def _tag(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -164,7 +184,9 @@ class PayloadType:
             return self._adapter.dump_python(obj, mode="json")
         try:
             data = msgspec.to_builtins(
-                obj, builtin_types=(bytes, bytearray) if keep_bytes else None
+                obj,
+                builtin_types=(bytes, bytearray) if keep_bytes else None,
+                enc_hook=_str_subclass,
             )
             # Read it back now: a field holding the wrong type fails this offer, not a
             # delivery hours later.

@@ -1,12 +1,15 @@
-"""Turning what a user offers into a validated, encoded :class:`OfferSpec`."""
+"""Turning what a user offers into a validated, encoded :class:`OfferSpec`, and the offer
+script's statuses into what happened (:class:`TaskId`, :class:`OfferOutcome`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from enum import StrEnum
+from typing import Any, Final
 
+from ..exceptions import TaskIdConflict
 from .envelope import EnvelopeCodec
 from .protocol import (
     OfferSpec,
@@ -18,6 +21,61 @@ from .protocol import (
     offer_options,
 )
 from .timing import Duration, due_spec, duration_ms
+
+
+class OfferOutcome(StrEnum):
+    """What an offer did."""
+
+    CREATED = "created"  # a new task was written
+    EXISTING = "existing"  # a live task matched (same dedup key, or same id and content): kept
+    REPLACED = "replaced"  # dedup="replace": the pending task holding the key was updated
+    CONFLICT = "conflict"  # a task with other content holds the caller's id: kept, nothing written
+
+
+class TaskId(str):
+    """A task id, as ``offer`` returns it: a ``str`` that also says what the offer did.
+
+    It compares, hashes and serialises as the plain id. ``outcome`` is an
+    :class:`OfferOutcome`; ``created`` is True when this offer wrote a new task. After a dedup
+    hit (``existing`` or ``replaced``) the id is the task that holds the key, not a new one.
+    """
+
+    __slots__ = ("outcome",)
+    outcome: OfferOutcome
+
+    def __new__(cls, value: str, outcome: OfferOutcome = OfferOutcome.CREATED) -> TaskId:
+        self = super().__new__(cls, value)
+        self.outcome = outcome
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TaskId, (str(self), self.outcome))
+
+    @property
+    def created(self) -> bool:
+        """True if this offer wrote a new task."""
+        return self.outcome is OfferOutcome.CREATED
+
+    def __repr__(self) -> str:
+        return f"TaskId({str(self)!r}, outcome={self.outcome.value!r})"
+
+
+# The offer scripts' statuses (offer.lua's header) for an offer whose id the caller chose.
+_OUTCOMES: Final = {
+    0: OfferOutcome.EXISTING,
+    1: OfferOutcome.CREATED,
+    2: OfferOutcome.REPLACED,
+    3: OfferOutcome.CONFLICT,
+}
+
+
+def task_id_of(task_id: str, status: int, offered_id: str, drawn: bool) -> TaskId:
+    """The :class:`TaskId` for one offer script reply. ``drawn``: the queue drew
+    ``offered_id``, so finding it already stored with this content (status 0) means an
+    earlier attempt of this very call wrote it before its reply was lost: created here."""
+    if status == 0 and drawn and task_id == offered_id:
+        return TaskId(task_id, OfferOutcome.CREATED)
+    return TaskId(task_id, _OUTCOMES[status])
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,3 +129,19 @@ def build_plain_offers(
         OfferSpec(task_id, f"d{duration_ms(0 if delay is None else delay)}", encode(payload))
         for (payload, delay), task_id in zip(items, ids, strict=True)
     ]
+
+
+def check_conflicts(results: list[TaskId]) -> list[TaskId]:
+    """``results``, unless an offer's own id is held by a task with other content: then
+    :class:`TaskIdConflict`, carrying every result (the other offers were written)."""
+    conflicts = [task_id for task_id in results if task_id.outcome is OfferOutcome.CONFLICT]
+    if not conflicts:
+        return results
+    shown = ", ".join(repr(str(task_id)) for task_id in conflicts[:3])
+    more = f" and {len(conflicts) - 3} more" if len(conflicts) > 3 else ""
+    raise TaskIdConflict(
+        f"task id {shown}{more} is held by a task with other content: that task is kept "
+        "unchanged, this offer was not written (offer again with another id, or cancel first)",
+        [str(task_id) for task_id in conflicts],
+        list(results),
+    )

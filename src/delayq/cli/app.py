@@ -171,7 +171,8 @@ def offer(
     prefix: PrefixOpt = "dq",
     json: JsonOpt = False,
 ) -> None:
-    """Schedule a task; prints its id.
+    """Schedule a task; prints its id (--json: also whether it was created, or an existing
+    task with the key or id was kept or replaced).
 
     Example: delayq offer orders '{"order_id": 42}' --delay 30m --key close:42
     """
@@ -188,7 +189,10 @@ def offer(
     with session(redis, prefix) as s:
         task_id = s.queue(queue).offer(data, **due, **options)
     if json:
-        render.print_json({"id": task_id})
+        # a dedup hit prints the id of the task holding the key; "outcome" says which it was
+        render.print_json(
+            {"id": task_id, "outcome": task_id.outcome.value, "created": task_id.created}
+        )
     else:
         out.print(task_id, markup=False)
 

@@ -9,8 +9,10 @@
 --         options: '' (priority 0, no key, no ttl) or 'priority|key_ttl_ms|ttl_ms|key'
 --           (key '' = none, ttl 0 = never expires).
 -- Reply: {id_1, status_1, ...}; status 1 = created, 2 = replaced, 0 = an existing task matched
---        by id or key (its id is returned), 3 = a task with other content holds the id (for a
---        generated id: two producers drew the same one, and the queue draws again).
+--        by id (same envelope) or key (its id is returned), 3 = a task with other content holds
+--        the id, and is left as it is (for a generated id: two producers drew the same one, and
+--        the queue draws again; for the caller's own id the queue raises TaskIdConflict). An id
+--        given twice in one batch is judged against the content its first offer wrote.
 -- Tasks without a key are written with one HSET and one ZADD for the whole batch; a single
 -- plain task takes a shorter path.
 local mode = ARGV[1]
@@ -21,7 +23,7 @@ local new_min = nil
 local created = 0
 local reply = {}
 local task_fields, delayed_fields, expiry_fields = {}, {}, {}
-local seen = {}
+local seen = {}  -- id -> envelope, for ids this call wrote: later items must see them
 
 -- The common single offer (no key, ttl or priority) in as few commands as possible.
 if n == 1 and ARGV[5] == '' then
@@ -78,14 +80,15 @@ for i = 0, n - 1 do
   end
   local s = score(due, slot)
 
+  local held = seen[id] or stored[i + 1]  -- the content a task with this id has, if any
   local holder = nil
-  if stored[i + 1] or seen[id] then
+  if held then
     holder = id
   elseif key ~= '' then
     holder = holder_of(key)
   end
 
-  if holder == id and stored[i + 1] and stored[i + 1] ~= envelope then
+  if holder == id and held ~= envelope then
     reply[#reply + 1] = id
     reply[#reply + 1] = 3
   elseif holder and holder ~= id and mode == 'replace' and redis.call('ZSCORE', K_DELAYED, holder) then
@@ -94,13 +97,14 @@ for i = 0, n - 1 do
     redis.call('HSET', K_TASKKEY, holder, key_ttl .. '|' .. key)
     set_expiry(holder, due, ttl)
     if not new_min or s < new_min then new_min = s end
+    seen[holder] = envelope
     reply[#reply + 1] = holder
     reply[#reply + 1] = 2
   elseif holder then
     reply[#reply + 1] = holder
     reply[#reply + 1] = 0
   else
-    seen[id] = true
+    seen[id] = envelope
     if key ~= '' then
       -- written at once: a later task of this batch with the same key must see it
       redis.call('HSET', K_TASKS, id, envelope)

@@ -1,0 +1,38 @@
+"""From the offer scripts' statuses to what an offer did (delayq._core.offers): pure."""
+
+from __future__ import annotations
+
+import pytest
+
+from delayq import OfferOutcome, TaskId, TaskIdConflict
+from delayq._core.offers import check_conflicts, task_id_of
+
+
+@pytest.mark.parametrize(
+    ("status", "drawn", "returned", "outcome"),
+    [
+        (1, True, "a", OfferOutcome.CREATED),
+        (1, False, "a", OfferOutcome.CREATED),
+        (2, True, "holder", OfferOutcome.REPLACED),
+        (0, True, "holder", OfferOutcome.EXISTING),  # a dedup key held by another task
+        (0, False, "a", OfferOutcome.EXISTING),  # the caller's id, same content
+        (0, True, "a", OfferOutcome.CREATED),  # our own drawn id: an earlier attempt wrote it
+        (3, False, "a", OfferOutcome.CONFLICT),
+    ],
+)
+def test_each_status_means_one_outcome(
+    status: int, drawn: bool, returned: str, outcome: OfferOutcome
+) -> None:
+    task_id = task_id_of(returned, status, "a", drawn)
+    assert task_id == returned and task_id.outcome is outcome
+    assert task_id.created is (outcome is OfferOutcome.CREATED)
+
+
+def test_conflicts_raise_with_every_result() -> None:
+    ok = [TaskId("a"), TaskId("b", OfferOutcome.EXISTING)]
+    assert check_conflicts(ok) is ok
+    results = [TaskId(f"id-{n}", OfferOutcome.CONFLICT) for n in range(5)] + ok
+    with pytest.raises(TaskIdConflict, match="'id-0', 'id-1', 'id-2' and 2 more") as caught:
+        check_conflicts(results)
+    assert caught.value.task_ids == [f"id-{n}" for n in range(5)]
+    assert caught.value.results == results
