@@ -130,14 +130,14 @@ def test_script_payload_stays_text(page: Any, queues: Any, dashboard: Any) -> No
 
 def test_token_is_enforced(page: Any, browser: Any, queues: Any, dashboard: Any) -> None:
     seed(queues("orders"), delayed=2, ready=0, inflight=0, dead=0)
-    base = dashboard(token="correct horse")
+    base = dashboard(token="correct horse battery staple")
     page.goto(f"{base}/q/orders")
     page.wait_for_selector("form#login")
     assert "/login" in page.url and page.locator("#counts").count() == 0
     page.fill("input[name=token]", "wrong")
     page.click("form#login button")
     assert page.inner_text("#login-error") == "Wrong token."
-    page.fill("input[name=token]", "correct horse")
+    page.fill("input[name=token]", "correct horse battery staple")
     page.click("form#login button")
     page.wait_for_selector("#counts")
     assert page.url == f"{base}/q/orders"

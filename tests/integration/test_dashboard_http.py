@@ -51,9 +51,11 @@ async def dash(redis7_server: EmbeddedRedis, prefix: str) -> AsyncIterator[Calla
     def make(**options: Any) -> tuple[httpx.AsyncClient, Dashboard]:
         options.setdefault("redis_url", redis7_server.url)
         app = create_app(Settings(prefix=prefix, **options))
+        # A browser sends its page's origin on every POST; the dashboard refuses any other.
         client = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
-        )
+            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1",
+            headers={"origin": "http://127.0.0.1"},
+        )  # fmt: skip
         made.append((client, app.state.dashboard))
         return client, app.state.dashboard
 
@@ -189,7 +191,9 @@ async def test_actions_need_the_csrf_token(queues: Any, dash: Any) -> None:
         assert response.status_code == 403 and "CSRF" in response.text
     assert (await q.get(task_id)) is not None
     # A cookie-less client (another site's forged form) fails even with a token value.
-    async with httpx.AsyncClient(transport=client._transport, base_url="http://localhost") as other:
+    async with httpx.AsyncClient(
+        transport=client._transport, base_url="http://localhost", headers=client.headers
+    ) as other:
         assert (await other.post("/q/orders/action", data=fields)).status_code == 403
     response = await client.post("/q/orders/action", data=fields)
     assert response.status_code == 303
@@ -257,16 +261,16 @@ async def test_dead_letter_actions(queues: Any, dash: Any) -> None:
 async def test_token_is_required_everywhere(queues: Any, dash: Any) -> None:
     q = queues("secret")
     task_id = await q.offer({"x": 1}, delay=600)
-    client, _ = dash(token="s3cret-token")
+    client, _ = dash(token="s3cret-token-0123")
     response = await client.get("/q/secret")
     assert response.status_code == 303
     assert response.headers["location"] == "/login?next=/q/secret"
     assert (await client.get("/", headers={"authorization": "Bearer wrong"})).status_code == 401
-    ok = await client.get("/", headers={"authorization": "Bearer s3cret-token"})
+    ok = await client.get("/", headers={"authorization": "Bearer s3cret-token-0123"})
     assert ok.status_code == 200 and 'data-queue="secret"' in ok.text
     confirm = await client.get(
         f"/q/secret/confirm?action=cancel&id={task_id}",
-        headers={"authorization": "Bearer s3cret-token"},
+        headers={"authorization": "Bearer s3cret-token-0123"},
     )
     fields = form_fields(confirm.text)
     assert (await client.post("/q/secret/action", data=fields)).status_code == 401
@@ -274,17 +278,21 @@ async def test_token_is_required_everywhere(queues: Any, dash: Any) -> None:
     login = await client.get("/login?next=/q/secret")
     wrong = await client.post("/login", data={**form_fields(login.text), "token": "nope"})
     assert wrong.status_code == 401 and "Wrong token" in wrong.text
-    right = await client.post("/login", data={**form_fields(login.text), "token": "s3cret-token"})
+    signing_in = {**form_fields(login.text), "token": "s3cret-token-0123"}
+    right = await client.post("/login", data=signing_in)
     assert right.status_code == 303 and right.headers["location"] == "/q/secret"
     cookie = right.headers["set-cookie"].lower()
     assert "httponly" in cookie and "samesite=strict" in cookie and "s3cret" not in cookie
     assert (await client.get("/q/secret")).status_code == 200
-    response = await client.post("/q/secret/action", data=fields)
+    # The form's CSRF token is bound to the session: the one rendered before signing in fails.
+    assert (await client.post("/q/secret/action", data=fields)).status_code == 403
+    signed_in = await client.get(f"/q/secret/confirm?action=cancel&id={task_id}")
+    response = await client.post("/q/secret/action", data=form_fields(signed_in.text))
     assert response.status_code == 303 and await q.get(task_id) is None
     # login's next= never leaves the site
     evil = await client.post(
         "/login",
-        data={**form_fields(login.text), "next": "//evil.example", "token": "s3cret-token"},
+        data={**form_fields(login.text), "next": "//evil.example", "token": "s3cret-token-0123"},
     )
     assert evil.headers["location"] == "/"
 
@@ -294,13 +302,16 @@ async def test_read_only_hides_and_rejects_actions(queues: Any, dash: Any) -> No
     task_id = await q.offer({"x": 1}, delay=600)
     writer, _ = dash()
     fields = form_fields((await writer.get(f"/q/ro/confirm?action=cancel&id={task_id}")).text)
-    client, _ = dash(read_only=True)
+    client, board = dash(read_only=True)
     page = (await client.get(f"/q/ro/task?id={task_id}")).text
     assert "read-only" in page and "confirm?action" not in page
     assert (await client.get(f"/q/ro/confirm?action=cancel&id={task_id}")).status_code == 403
     await client.get("/")  # a CSRF cookie of its own
-    csrf = client.cookies["delayq_csrf"]
-    response = await client.post("/q/ro/action", data={**fields, "csrf": csrf})
+    # A valid CSRF token for this browser (a read-only dashboard renders no form to take it
+    # from): the refusal is read-only's, not the CSRF check's.
+    own = board.signer.form_token(board.signer.nonce(client.cookies["delayq_csrf"]), None)
+    response = await client.post("/q/ro/action", data={**fields, "csrf": own})
+    assert "read-only" in response.text
     assert response.status_code == 403
     assert await q.get(task_id) is not None
 
@@ -341,21 +352,29 @@ async def test_without_a_token_only_loopback_host_names_are_served(dash: Any) ->
         assert (await client.get("/", headers={"host": host})).status_code == 200
     rebound = await client.get("/", headers={"host": "attacker.example:8080"})
     assert rebound.status_code == 400
-    tokened, _ = dash(token="s3cret")  # with a token the token decides, whatever the name
-    named = await tokened.get(
-        "/", headers={"host": "queues.internal", "authorization": "Bearer s3cret"}
-    )
+    # With a token too: a rebinding page could otherwise guess it from a victim's browser.
+    bearer = {"authorization": "Bearer s3cret-token-0123"}
+    tokened, _ = dash(token="s3cret-token-0123")
+    named = await tokened.get("/", headers={"host": "queues.internal", **bearer})
+    assert named.status_code == 400
+    assert (await tokened.get("/", headers={"host": "localhost:8080", **bearer})).status_code == 200
+    allowed, _ = dash(token="s3cret-token-0123", allowed_hosts=("queues.internal",))
+    named = await allowed.get("/", headers={"host": "queues.internal:8080", **bearer})
     assert named.status_code == 200
+    assert (await allowed.get("/", headers={"host": "evil.example", **bearer})).status_code == 400
 
 
 def test_binding_beyond_loopback_needs_a_token() -> None:
     check_bind("127.0.0.1", None)
     check_bind("::1", None)
     check_bind("localhost", None)
-    check_bind("0.0.0.0", "t")
+    check_bind("0.0.0.0", "t" * 16, ("queues.internal",))
+    check_bind("192.168.1.10", "t" * 16)
     for host in ("0.0.0.0", "192.168.1.10", "::"):
         with pytest.raises(ConfigError):
             check_bind(host, None)
+    with pytest.raises(ConfigError, match="--allowed-host"):  # only loopback names would work
+        check_bind("0.0.0.0", "t" * 16)
     assert main(["dashboard", "--host", "0.0.0.0", "--redis", "redis://127.0.0.1:1/0"]) == 2
 
 

@@ -7,11 +7,10 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from redis.exceptions import RedisError
@@ -28,15 +27,19 @@ from starlette.templating import Jinja2Templates
 
 from .. import TaskState
 from .._core.keys import validate_name
+from .._core.text import utf8_safe
 from .._core.urls import safe_url
 from ..exceptions import ConfigError, InvalidTaskError, RedisUnavailable, ServerError
 from . import charts, security, views
-from .monitor import Monitor
-from .series import History, health, sample_of
+from .guard import Caller, Guard
+from .monitor import Monitor, Snapshot
+from .series import HEALTH_RANK, History, health, sample_of
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
-PAGE_SIZE = 50
+PAGE_SIZE = 50  # tasks per page of a queue
+INDEX_PAGE_SIZE = 100  # queues per page of the main page
+MAX_PAGE = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,40 +48,66 @@ class Settings:
 
     redis_url: str = "redis://127.0.0.1:6379/0"
     prefix: str = "dq"
-    token: str | None = None
+    token: str | None = None  # at least 16 characters (ConfigError otherwise)
     read_only: bool = False
     sample_interval_s: float = 5.0  # how often the sampler records every queue's stats
     window_s: float = 3600.0  # history kept for the charts (in memory)
     bin_s: float = 60.0  # one chart point per bin
     refresh_s: float = 5.0  # the pages reload their figures this often (0: never)
     redis_timeout_s: float = 2.0
-    # Host headers served; None: loopback names only when there is no token. Without it, a web
-    # page could rebind its own name to 127.0.0.1 (DNS rebinding), then read this dashboard and
-    # post its forms as same-origin.
-    allowed_hosts: tuple[str, ...] | None = None
+    # Host header names served besides the loopback ones, token or not: without the check a
+    # web page could rebind its own name to this address (DNS rebinding), then read the
+    # dashboard and post its forms, or guess the token, from a victim's browser.
+    allowed_hosts: tuple[str, ...] = ()
+    history_queues: int = 200  # queues with charts of their own (the total covers all)
 
-
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+    def __post_init__(self) -> None:
+        security.check_token(self.token)
+        if isinstance(self.allowed_hosts, str):
+            raise ConfigError("allowed_hosts must be a tuple of names, not a string")
+        if not isinstance(self.history_queues, int) or self.history_queues < 0:
+            raise ConfigError(f"history_queues must be an int >= 0, got {self.history_queues!r}")
 
 
 class Dashboard:
-    """The state behind the app: the Redis monitor and the in-memory history."""
+    """The state behind the app: the Redis monitor, the history and who is signed in."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.monitor = Monitor(
             settings.redis_url, settings.prefix, timeout=settings.redis_timeout_s
         )
-        self.history = History(settings.window_s, settings.sample_interval_s)
+        self.history = History(
+            settings.window_s, settings.sample_interval_s, settings.history_queues
+        )
+        self.sessions = security.Sessions()
+        self.signer = security.CsrfSigner()
+        self.throttle = security.SignInThrottle()
         self.sampler_error: str | None = None
+        self._summary: tuple[float, Snapshot] | None = None
+        self._summary_lock = asyncio.Lock()
 
     async def sample_once(self) -> None:
         """Record one sample of every registered queue."""
         snapshot = await self.monitor.snapshot()
+        self._summary = (time.monotonic(), snapshot)
         t = time.time()
-        for stats in snapshot.stats:
-            self.history.add(stats.queue, sample_of(stats, t))
-        self.history.keep_only(s.queue for s in snapshot.stats)
+        self.history.record({s.queue: sample_of(s, t) for s in snapshot.stats}, t)
+
+    async def summary(self, names: list[str]) -> tuple[Snapshot, bool]:
+        """Every registered queue's stats: the sampler's latest round if it is at most one
+        sampling interval old, else a fresh one (then True), read once for concurrent pages."""
+        async with self._summary_lock:
+            if self._summary is not None:
+                taken, snapshot = self._summary
+                if time.monotonic() - taken <= self.settings.sample_interval_s:
+                    return snapshot, False
+            snapshot = await self.monitor.snapshot(names)
+            self._summary = (time.monotonic(), snapshot)
+            return snapshot, True
+
+    def summary_age(self) -> float:
+        return 0.0 if self._summary is None else time.monotonic() - self._summary[0]
 
     async def run_sampler(self) -> None:
         while True:
@@ -86,9 +115,17 @@ class Dashboard:
                 await self.sample_once()
                 self.sampler_error = None
             except Exception as exc:  # keep sampling through outages; the pages say so
-                self.sampler_error = f"{type(exc).__name__}: {exc}"
-                log.warning("dashboard: sampling failed: %s", exc)
+                self.sampler_error = f"{type(exc).__name__}: {views.masked(exc)}"
+                log.warning("dashboard: sampling failed: %s", views.masked(exc))
             await asyncio.sleep(self.settings.sample_interval_s)
+
+
+def _page_number(request: Request) -> int:
+    raw = request.query_params.get("page", "1")
+    # Digits only, and few: int() of a 10,000-digit string costs time.
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 7:
+        return 1
+    return min(MAX_PAGE, max(1, int(raw)))
 
 
 def create_app(settings: Settings | None = None) -> Starlette:
@@ -98,16 +135,22 @@ def create_app(settings: Settings | None = None) -> Starlette:
     env = Environment(
         loader=FileSystemLoader(HERE / "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
+        # Every value printed is made encodable: a lone surrogate from Redis (from a JSON
+        # escape another producer wrote) would make the response's UTF-8 encoding raise.
+        finalize=lambda value: utf8_safe(value) if isinstance(value, str) else value,
     )
     env.filters.update(
-        duration=views.duration, iso=views.iso, pretty=views.pretty,
-        preview=views.preview, q=views.quote_all, relative=views.relative,
+        ago=views.ago, block=views.block, duration=views.duration, error_line=views.error_line,
+        exact=views.exact, header_rows=views.header_rows, iso=views.iso, pretty=views.pretty,
+        preview=views.preview, q=views.quote_all, relative=views.relative, text=views.text,
     )  # fmt: skip
     templates = Jinja2Templates(env=env)
 
     def render(request: Request, template: str, status: int = 200, **context: Any) -> Response:
+        caller: Caller | None = getattr(request.state, "caller", None)
+        context.setdefault("csrf", caller.csrf if caller else "")
         context.update(
-            csrf=request.state.csrf,
+            signed_in=bool(caller and caller.session),
             settings=settings,
             read_only=settings.read_only,
             sampler_error=board.sampler_error,
@@ -117,61 +160,63 @@ def create_app(settings: Settings | None = None) -> Starlette:
     def problem(request: Request, status: int, title: str, detail: str) -> Response:
         return render(request, "error.html", status, title=title, detail=detail)
 
-    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Any:
-        token, fresh = security.csrf_token(request)
-        request.state.csrf = token
-        path = request.url.path
-        public = path == "/login" or path.startswith("/static/")
-        if public or security.authorized(request, settings.token):
-            response = await call_next(request)
-        elif request.method in ("GET", "HEAD") and "authorization" not in request.headers:
-            target = quote(path + (f"?{request.url.query}" if request.url.query else ""))
-            response = RedirectResponse(f"/login?next={target}", 303)
-        else:
-            response = problem(request, 401, "Not signed in", "This dashboard needs its token.")
-        if fresh:
-            response.set_cookie(
-                security.CSRF_COOKIE, token, httponly=True, samesite="strict",
-                secure=request.url.scheme == "https", path="/",
-            )  # fmt: skip
-        response.headers.update(
-            {
-                "content-security-policy": "default-src 'self'; frame-ancestors 'none'; "
-                "form-action 'self'; base-uri 'none'",
-                "x-content-type-options": "nosniff",
-                "referrer-policy": "no-referrer",
-                "cache-control": "no-store",
-            }
-        )
-        return response
-
-    async def checked_form(request: Request) -> dict[str, str]:
-        """The posted form, after the CSRF check."""
+    async def checked_form(request: Request, *, signing_in: bool = False) -> dict[str, str]:
+        """The posted form, after the CSRF check (requests with a bearer token need none).
+        The sign-in form's token is bound to the browser's CSRF cookie only (there is no
+        session yet); every other form's to the session too."""
         form = await request.form()
-        if not security.csrf_ok(request, form.get(security.CSRF_FIELD)):
+        caller: Caller = request.state.caller
+        session = None if signing_in else caller.session
+        if not caller.bearer and not board.signer.form_ok(
+            caller.csrf_nonce, session, form.get(security.CSRF_FIELD)
+        ):
             raise HTTPException(403, "CSRF check failed: reload the page and try again.")
         return {k: v for k, v in form.items() if isinstance(v, str)}
 
-    def queue_name(request: Request) -> str:
+    async def queue_name(request: Request) -> str:
+        """The page's queue: a valid name in the registry, else 404 (nothing is kept for
+        names that are not queues)."""
         try:
-            return validate_name(request.path_params["name"])
+            name = validate_name(request.path_params["name"])
         except ConfigError as exc:
             raise HTTPException(404, str(exc)) from exc
+        if not await board.monitor.is_registered(name):
+            raise HTTPException(
+                404, f"no queue {name!r} under prefix {settings.prefix!r} (a queue registers "
+                "on its first offer)",
+            )  # fmt: skip
+        return name
 
     async def index(request: Request) -> Response:
-        snap = await board.monitor.snapshot()
+        names = await board.monitor.names()
+        summary, fresh = await board.summary(names)
+        known = {s.queue: s for s in summary.stats}
+        flags = {
+            n: health(known[n], summary.server_now, board.history) if n in known else "ok"
+            for n in names
+        }
+        ordered = sorted(names, key=lambda n: (HEALTH_RANK[flags[n]], n))
+        pages = max(1, math.ceil(len(ordered) / INDEX_PAGE_SIZE))
+        page = min(_page_number(request), pages)
+        shown = ordered[(page - 1) * INDEX_PAGE_SIZE : page * INDEX_PAGE_SIZE]
+        if fresh:
+            snap = Snapshot(summary.server_now, [known[n] for n in shown if n in known])
+        else:  # the rows on the page are read now; the summary may be a few seconds old
+            snap = await board.monitor.snapshot(shown)
         rows = [(s, health(s, snap.server_now, board.history)) for s in snap.stats]
         fields = ("delayed", "ready", "inflight", "dead", "overdue")
-        totals = {f: sum(getattr(s, f) for s in snap.stats) for f in fields}
+        totals = {f: sum(getattr(s, f) for s in summary.stats) for f in fields}
+        counted = {h: sum(1 for v in flags.values() if v == h) for h in HEALTH_RANK}
         bins = board.history.total_bins(time.time(), settings.bin_s)
         return render(
             request, "index.html", rows=rows, totals=totals, now=snap.server_now,
-            stuck=sum(1 for _, h in rows if h == "stuck"), **chart_context(bins),
+            queues=len(names), counted=counted, page=page, pages=pages,
+            summary_age=0.0 if fresh else board.summary_age(),
+            **chart_context(bins, board.history.since()),
         )  # fmt: skip
 
-    def chart_context(bins: Any) -> dict[str, Any]:
+    def chart_context(bins: Any, since: float | None) -> dict[str, Any]:
         minutes = settings.window_s / 60
-        since = board.history.since()
         return {
             "throughput": charts.throughput_chart(bins, minutes),
             "lateness": charts.lateness_chart(bins, minutes),
@@ -179,26 +224,28 @@ def create_app(settings: Settings | None = None) -> Starlette:
         }
 
     async def queue_page(request: Request) -> Response:
-        name = queue_name(request)
+        name = await queue_name(request)
         state = request.query_params.get("state", "ready")
         if state not in {s.value for s in TaskState}:
-            raise HTTPException(404, f"no such state {state!r}")
-        try:
-            page = max(1, int(request.query_params.get("page", "1")))
-        except ValueError:
-            page = 1
+            raise HTTPException(404, f"no such state {views.text(state, 40)!r}")
+        page = _page_number(request)
         q = board.monitor.queue(name)
-        snap, tasks = await asyncio.gather(
-            board.monitor.snapshot([name]), q.tasks(state, PAGE_SIZE, (page - 1) * PAGE_SIZE)
-        )
+        snap = await board.monitor.snapshot([name])
         stats = snap.stats[0]
         pages = max(1, math.ceil(getattr(stats, state) / PAGE_SIZE))
+        page = min(page, pages)
+        unreadable = None
+        try:
+            tasks = await q.tasks(state, PAGE_SIZE, (page - 1) * PAGE_SIZE)
+        except UnicodeDecodeError as exc:  # an id another client wrote, not UTF-8
+            tasks, unreadable = [], views.text(exc, 200)
         bins = board.history.bins(name, time.time(), settings.bin_s)
         return render(
             request, "queue.html", name=name, stats=stats, state=state, tasks=tasks,
-            page=page, pages=pages, now=snap.server_now,
+            page=page, pages=pages, now=snap.server_now, unreadable=unreadable,
             health=health(stats, snap.server_now, board.history),
-            done=done_message(request), **chart_context(bins),
+            tracked=board.history.tracked(name), done=done_message(request),
+            **chart_context(bins, board.history.since(name)),
         )  # fmt: skip
 
     def done_message(request: Request) -> str | None:
@@ -206,10 +253,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
         if template is None:
             return None
         params = request.query_params
-        return template.format(id=params.get("id", "?"), n=params.get("n", "?"))
+        return template.format(id=views.text(params.get("id", "?"), 200), n=params.get("n", "?"))
 
     async def task_page(request: Request) -> Response:
-        name = queue_name(request)
+        name = await queue_name(request)
         task_id = request.query_params.get("id", "")
         try:
             info, now = await asyncio.gather(
@@ -218,14 +265,14 @@ def create_app(settings: Settings | None = None) -> Starlette:
         except InvalidTaskError as exc:
             raise HTTPException(404, str(exc)) from exc
         if info is None and not request.query_params.get("done"):
-            raise HTTPException(404, f"queue {name} has no task {task_id!r}")
+            raise HTTPException(404, f"queue {name} has no task {views.text(task_id, 200)!r}")
         return render(
             request, "task.html", name=name, task_id=task_id, info=info, now=now,
             done=done_message(request),
         )  # fmt: skip
 
     async def confirm(request: Request) -> Response:
-        name = queue_name(request)
+        name = await queue_name(request)
         action = views.ACTIONS.get(request.query_params.get("action", ""))
         if action is None:
             raise HTTPException(404, "unknown action")
@@ -246,7 +293,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         )  # fmt: skip
 
     async def act(request: Request) -> Response:
-        name = queue_name(request)
+        name = await queue_name(request)
         if settings.read_only:
             raise HTTPException(403, "This dashboard is read-only.")
         form = await checked_form(request)
@@ -272,23 +319,38 @@ def create_app(settings: Settings | None = None) -> Starlette:
         if not settings.token:
             return RedirectResponse("/", 303)
         nxt = security.safe_next(request.query_params.get("next"))
+        caller: Caller = request.state.caller
+        assert caller.csrf_nonce is not None
+        csrf = board.signer.form_token(caller.csrf_nonce, None)
         if request.method == "GET":
-            return render(request, "login.html", next=nxt, error=None)
-        form = await checked_form(request)
+            return render(request, "login.html", next=nxt, error=None, csrf=csrf)
+        client = security.client_address(request)
+        wait = board.throttle.retry_after(client)
+        if wait > 0:
+            seconds = max(1, round(wait))
+            error = f"Too many wrong tokens from this address: try again in {seconds} s."
+            response = render(request, "login.html", 429, next=nxt, error=error, csrf=csrf)
+            response.headers["retry-after"] = str(seconds)
+            return response
+        form = await checked_form(request, signing_in=True)
         nxt = security.safe_next(form.get("next"))
         if not security.token_matches(form.get("token", ""), settings.token):
-            return render(request, "login.html", 401, next=nxt, error="Wrong token.")
+            board.throttle.failed(client)
+            return render(request, "login.html", 401, next=nxt, error="Wrong token.", csrf=csrf)
+        board.throttle.succeeded(client)
+        board.sessions.close(request.cookies.get(security.SESSION_COOKIE))
         response = RedirectResponse(nxt, 303)
         response.set_cookie(
-            security.AUTH_COOKIE, security.session_value(settings.token), httponly=True,
+            security.SESSION_COOKIE, board.sessions.open(), httponly=True,
             samesite="strict", secure=request.url.scheme == "https", path="/",
         )  # fmt: skip
         return response
 
     async def logout(request: Request) -> Response:
         await checked_form(request)
+        board.sessions.close(request.cookies.get(security.SESSION_COOKIE))
         response = RedirectResponse("/login" if settings.token else "/", 303)
-        response.delete_cookie(security.AUTH_COOKIE, path="/")
+        response.delete_cookie(security.SESSION_COOKIE, path="/")
         return response
 
     async def http_error(request: Request, exc: Exception) -> Response:
@@ -297,10 +359,11 @@ def create_app(settings: Settings | None = None) -> Starlette:
         return problem(request, exc.status_code, titles.get(exc.status_code, "Error"), exc.detail)
 
     async def redis_down(request: Request, exc: Exception) -> Response:
-        log.warning("dashboard: Redis unavailable: %s", exc)
+        log.warning("dashboard: Redis unavailable: %s", views.masked(exc))
         return problem(
             request, 503, "Redis is unavailable",
-            f"The dashboard cannot reach Redis at {safe_url(settings.redis_url)}: {exc}",
+            f"The dashboard cannot reach Redis at {safe_url(settings.redis_url)}: "
+            f"{views.masked(exc)}",
         )  # fmt: skip
 
     @contextlib.asynccontextmanager
@@ -314,6 +377,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
                 await sampler
             await board.monitor.close()
 
+    guard = Guard(settings.token, board.sessions, board.signer, board.throttle, problem)
     app = Starlette(
         routes=[
             Route("/", index),
@@ -326,7 +390,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
         middleware=[
-            *_host_check(settings),
+            Middleware(
+                TrustedHostMiddleware,
+                allowed_hosts=security.host_allow_list(settings.allowed_hosts),
+            ),
             Middleware(BaseHTTPMiddleware, dispatch=guard),
         ],
         exception_handlers={
@@ -340,10 +407,3 @@ def create_app(settings: Settings | None = None) -> Starlette:
     )
     app.state.dashboard = board
     return app
-
-
-def _host_check(settings: Settings) -> list[Middleware]:
-    hosts = settings.allowed_hosts
-    if hosts is None and not settings.token:
-        hosts = LOOPBACK_NAMES
-    return [Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))] if hosts else []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from redis.exceptions import RedisError
 
 from .. import AsyncDelayQueue, Stats
 from .._core.keys import QueueKeys
+from .._core.text import printable
 from ..exceptions import ConfigError, RedisUnavailable
 
 log = logging.getLogger(__name__)
@@ -81,10 +83,16 @@ class Snapshot:
 class Monitor:
     """Reads queues for the dashboard; one client shared by every page and the sampler.
 
-    ``timeout`` bounds how long a page waits for an unreachable Redis before it says so.
+    ``timeout`` bounds how long a page waits for an unreachable Redis before it says so. Queue
+    objects (~5 KB each) are cached for registered queues only (the pages answer 404 for any
+    other name, so another site making a browser request 10,000 names adds nothing); each
+    read of the registry drops the ones that left it, and at most ``max_cached`` are kept
+    (least recently used dropped first).
     """
 
-    def __init__(self, url: str, prefix: str = "dq", *, timeout: float = 2.0) -> None:
+    def __init__(
+        self, url: str, prefix: str = "dq", *, timeout: float = 2.0, max_cached: int = 4096
+    ) -> None:
         self.registry = QueueKeys(prefix, "x").registry  # validates the prefix
         self.url, self.prefix, self.timeout = url, prefix, timeout
         try:
@@ -97,7 +105,8 @@ class Monitor:
             )
         except ValueError as exc:
             raise ConfigError(f"invalid Redis URL: {exc}") from exc
-        self._queues: dict[str, AsyncDelayQueue] = {}
+        self.max_cached = max_cached
+        self._queues: OrderedDict[str, AsyncDelayQueue] = OrderedDict()
 
     def queue(self, name: str) -> AsyncDelayQueue:
         """The (cached) queue object of ``name``; raises ConfigError for an invalid name."""
@@ -107,7 +116,24 @@ class Monitor:
                 name, self.client, prefix=self.prefix, reconnect_timeout=self.timeout / 2
             )
             self._queues[name] = q
+            while len(self._queues) > self.max_cached:
+                # Dropped without close(): on a client it was given, a queue that never
+                # waited for a task holds no connection and no listener of its own.
+                self._queues.popitem(last=False)
+        else:
+            self._queues.move_to_end(name)
         return q
+
+    @property
+    def cached(self) -> int:
+        return len(self._queues)
+
+    async def is_registered(self, name: str) -> bool:
+        """Whether ``name`` is in the registry (a queue registers on its first offer)."""
+        try:
+            return bool(await self.client.sismember(self.registry, name))
+        except (RedisError, OSError) as exc:
+            raise RedisUnavailable(f"cannot read {self.registry}: {exc}") from exc
 
     async def names(self) -> list[str]:
         """Registered queue names (the set ``<prefix>:queues``), valid ones only, sorted."""
@@ -120,9 +146,12 @@ class Monitor:
             try:
                 QueueKeys(self.prefix, value)
             except ConfigError:
-                log.warning("dashboard: skipping invalid queue name %r", value)
+                log.warning("dashboard: skipping invalid queue name %s", printable(value))
                 continue
             names.append(value)
+        registered = set(names)
+        for gone in [n for n in self._queues if n not in registered]:
+            del self._queues[gone]
         return names
 
     async def server_now(self) -> datetime:

@@ -89,45 +89,127 @@ def quantile(q: float, buckets: Mapping[float, int]) -> float | None:
 
 
 class History:
-    """The last ``window_s`` seconds of samples per queue, in memory only."""
+    """The last ``window_s`` seconds of samples, in memory only: a total over every queue,
+    and one series per tracked queue.
 
-    def __init__(self, window_s: float = 3600.0, interval_s: float = 5.0) -> None:
+    At most ``max_queues`` queues are tracked. The sampler's :meth:`record` forgets queues
+    that left the registry; when every slot is taken, a queue whose counters moved takes the
+    slot of the tracked queue that has been idle the longest (a queue that is idle too waits
+    for a slot to free up). The total covers every queue, tracked or not."""
+
+    def __init__(
+        self, window_s: float = 3600.0, interval_s: float = 5.0, max_queues: int = 200
+    ) -> None:
         self.window_s = window_s
+        self.max_queues = max_queues
         self._maxlen = math.ceil(window_s / interval_s) + 2
         self._series: dict[str, deque[Sample]] = {}
+        self._active: dict[str, float] = {}  # tracked queue -> when its counters last moved
+        self._last: dict[str, Sample] = {}  # every queue's latest sample (for the total)
+        self._total: deque[Sample] = deque(maxlen=self._maxlen)
 
     def add(self, queue: str, sample: Sample) -> None:
-        series = self._series.setdefault(queue, deque(maxlen=self._maxlen))
+        """Append ``sample`` to the series of ``queue`` (tracked from now on)."""
+        series = self._series.get(queue)
+        if series is None:
+            series = self._series[queue] = deque(maxlen=self._maxlen)
+            self._active[queue] = sample.t
+        elif series:
+            last = series[-1]
+            if (last.delivered, last.acked) != (sample.delivered, sample.acked):
+                self._active[queue] = sample.t
+            if last.lateness == sample.lateness:  # share it: most samples repeat the last one
+                sample = Sample(sample.t, sample.delivered, sample.acked, last.lateness)
         series.append(sample)
         while series and series[0].t < sample.t - self.window_s - 1:
             series.popleft()
+
+    def record(self, samples: Mapping[str, Sample], t: float) -> None:
+        """One sampler round: ``samples`` holds every registered queue's sample, taken at
+        ``t``. Updates the total, the tracked series, and forgets queues not in ``samples``."""
+        self._add_total(samples, t)
+        self.keep_only(samples)
+        for name, sample in samples.items():
+            if name not in self._series and not self._make_room(name, sample):
+                continue
+            self.add(name, sample)
+        self._last = dict(samples)
+
+    def _make_room(self, name: str, sample: Sample) -> bool:
+        if len(self._series) < self.max_queues:
+            return True
+        before = self._last.get(name)
+        moved = before is not None and (before.delivered, before.acked) != (
+            sample.delivered,
+            sample.acked,
+        )
+        if not moved or not self._active:
+            return False
+        idlest = min(self._active, key=lambda n: (self._active[n], n))
+        if self._active[idlest] >= sample.t:
+            return False
+        self._forget(idlest)
+        return True
+
+    def _add_total(self, samples: Mapping[str, Sample], t: float) -> None:
+        previous = self._total[-1] if self._total else Sample(t, 0, 0, {})
+        delivered, acked = previous.delivered, previous.acked
+        lateness = dict(previous.lateness)
+        for name, new in samples.items():
+            old = self._last.get(name)
+            if old is None:  # first sight: its lifetime counters are not this round's work
+                continue
+            delivered += _delta(new.delivered, old.delivered)
+            acked += _delta(new.acked, old.acked)
+            for bound, value in new.lateness.items():
+                d = _delta(value, old.lateness.get(bound, 0))
+                if d:
+                    lateness[bound] = lateness.get(bound, 0) + d
+        shared = previous.lateness if lateness == previous.lateness else lateness
+        self._total.append(Sample(t, delivered, acked, shared))
+        while self._total and self._total[0].t < t - self.window_s - 1:
+            self._total.popleft()
+
+    def _forget(self, queue: str) -> None:
+        self._series.pop(queue, None)
+        self._active.pop(queue, None)
 
     def keep_only(self, queues: Iterable[str]) -> None:
         """Forget queues that are no longer registered."""
         wanted = set(queues)
         for name in [n for n in self._series if n not in wanted]:
-            del self._series[name]
+            self._forget(name)
 
     def samples(self, queue: str) -> list[Sample]:
         return list(self._series.get(queue, ()))
+
+    def tracked(self, queue: str) -> bool:
+        return queue in self._series
 
     @property
     def queues(self) -> list[str]:
         return sorted(self._series)
 
-    def since(self) -> float | None:
-        """When the oldest sample kept was taken."""
-        firsts = [s[0].t for s in self._series.values() if s]
-        return min(firsts) if firsts else None
+    def since(self, queue: str | None = None) -> float | None:
+        """When the oldest sample kept (of ``queue``, or of the total) was taken."""
+        series = self._total if queue is None else self._series.get(queue)
+        if series:
+            return series[0].t
+        if queue is None and self._series:  # filled by add() alone (no sampler rounds)
+            return min(s[0].t for s in self._series.values() if s)
+        return None
 
     def bins(self, queue: str, now: float, bin_s: float = 60.0) -> list[Bin]:
         """Deltas of ``queue`` per ``bin_s`` over the window ending at ``now``, oldest first."""
         return bins_of(self.samples(queue), now, self.window_s, bin_s)
 
     def total_bins(self, now: float, bin_s: float = 60.0) -> list[Bin]:
-        """The bins of every queue added up."""
+        """The bins of every queue added up (one series: the page costs the same however
+        many queues there are)."""
+        if self._total or not self._series:
+            return bins_of(list(self._total), now, self.window_s, bin_s)
         total = [Bin(b.start) for b in bins_of([], now, self.window_s, bin_s)]
-        for name in self._series:
+        for name in self._series:  # history filled by add() alone
             for acc, b in zip(total, self.bins(name, now, bin_s), strict=True):
                 acc.add(b)
         return total
@@ -166,13 +248,18 @@ def bins_of(samples: Sequence[Sample], now: float, window_s: float, bin_s: float
 def health(
     stats: Stats, server_now: datetime, history: History, grace_s: float = CONSUMER_GRACE_S
 ) -> str:
-    """``ok``; ``late`` (overdue tasks, consumers at work); or ``stuck``: overdue tasks and no
-    consumer fetched for ``grace_s``, or none was delivered during the last ``grace_s``."""
+    """``ok``; ``dead`` (dead-lettered tasks wait for someone to look at them); ``late``
+    (overdue tasks, consumers at work); or ``stuck``: overdue tasks and no consumer fetched for
+    ``grace_s``, or none was delivered during the last ``grace_s``. The worst one wins."""
     if stats.overdue <= 0:
-        return "ok"
+        return "dead" if stats.dead > 0 else "ok"
     seen = stats.consumer_seen_at
     if seen is None or (server_now - seen).total_seconds() > grace_s:
         return "stuck"
     if history.delivered_since(stats.queue, grace_s) == 0:
         return "stuck"
     return "late"
+
+
+# Main-page order: the queues that need someone first.
+HEALTH_RANK = {"stuck": 0, "late": 1, "dead": 2, "ok": 3}

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
 from .. import AsyncDelayQueue
+from .._core.text import printable
+from .._core.urls import safe_url
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)(ms|s|m|h|d))+")
@@ -55,27 +58,125 @@ def relative(when: datetime | None, now: datetime) -> str:
     return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
 
 
+def _coarse(seconds: float) -> str:
+    s = int(abs(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60}m" if s % 3600 >= 60 else f"{s // 3600}h"
+    return f"{s // 86400}d {s % 86400 // 3600}h" if s % 86400 >= 3600 else f"{s // 86400}d"
+
+
+def ago(when: datetime | None, now: datetime) -> str:
+    """``in 3m``, ``5s ago``, ``now``: how a person reads a time at a glance (the exact time
+    goes in the element's title)."""
+    if when is None:
+        return "-"
+    delta = (when - now).total_seconds()
+    if abs(delta) < 1:
+        return "now"
+    return f"in {_coarse(delta)}" if delta > 0 else f"{_coarse(delta)} ago"
+
+
 def iso(when: datetime | None) -> str:
     return "-" if when is None else when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def pretty(payload: Any) -> str:
-    """The payload as indented JSON (bytes and other objects as their repr)."""
-    if isinstance(payload, bytes | bytearray):
+def exact(when: datetime | None) -> str:
+    """``2026-12-01 10:05:03.123 UTC`` (for a title: the exact time on hover)."""
+    return "-" if when is None else when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+# A payload is shown to this depth and this size; a deeper or bigger one says it was cut.
+# Encoding is recursive, and the page is rendered deep inside a server's stack: a payload
+# nested 950 deep (offer accepts it) must not raise RecursionError there.
+PRETTY_DEPTH = 40
+PRETTY_CHARS = 200_000
+_CUT = "…"
+
+
+def _clip(value: Any, depth: int) -> Any:
+    """``value`` with containers below ``depth`` levels replaced by a marker."""
+    if isinstance(value, dict | list | tuple) and depth <= 0:
+        return f"{_CUT} ({type(value).__name__} nested deeper than {PRETTY_DEPTH} levels)"
+    if isinstance(value, dict):
+        return {_key(k): _clip(v, depth - 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clip(v, depth - 1) for v in value]
+    return value
+
+
+def _key(key: Any) -> str:
+    return key if isinstance(key, str) else repr(key)  # msgpack maps may have any keys
+
+
+def _dumps(payload: Any, indent: int | None) -> str:
+    if isinstance(payload, bytes | bytearray | memoryview):
         return repr(bytes(payload))
     try:
-        return json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True, default=repr)
-    except (TypeError, ValueError):
+        return json.dumps(
+            _clip(payload, PRETTY_DEPTH), indent=indent, ensure_ascii=False, sort_keys=True,
+            default=repr, separators=None if indent else (", ", ": "),
+        )  # fmt: skip
+    except (TypeError, ValueError, RecursionError):
         return repr(payload)
 
 
+def pretty(payload: Any) -> str:
+    """The payload as indented JSON (bytes and other objects as their repr), cut at
+    :data:`PRETTY_DEPTH` levels and :data:`PRETTY_CHARS` characters, with control, bidi and
+    lone surrogate characters escaped."""
+    text = _dumps(payload, 2)
+    if len(text) > PRETTY_CHARS:
+        text = f"{text[:PRETTY_CHARS]}\n{_CUT} (cut: {len(text):,} characters in all)"
+    return printable(text, keep_newlines=True)
+
+
 def preview(payload: Any, limit: int = 120) -> str:
-    text = " ".join(pretty(payload).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    text = printable(_dumps(payload, None)[: limit * 4])
+    return text if len(text) <= limit else text[: limit - 1] + _CUT
+
+
+def text(value: object, limit: int = 1000) -> str:
+    """Any value from Redis as one safe line: controls, bidi and surrogates escaped."""
+    shown = printable(value)
+    return shown if len(shown) <= limit else shown[: limit - 1] + _CUT
+
+
+def block(value: object) -> str:
+    """Multi-line text from Redis (a traceback): newlines kept, other controls escaped."""
+    return printable(value, keep_newlines=True)
+
+
+def header_rows(headers: Mapping[Any, Any] | None) -> list[tuple[str, str]]:
+    """Headers as sorted (name, value) text pairs, whatever their types (a msgpack envelope
+    written by another client may carry int or bytes keys)."""
+    if not headers:
+        return []
+    return sorted((text(k, 200), text(v)) for k, v in headers.items())
+
+
+def error_line(error: str | None, limit: int = 160) -> str:
+    """The line of an error text that says what happened: the last non-blank one (a
+    traceback ends with ``RuntimeError: ...``)."""
+    if not error:
+        return ""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return text(lines[-1].strip() if lines else "", limit)
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>]+")
+
+
+def masked(message: object) -> str:
+    """An error message with every URL in it passed through ``safe_url`` (no password)."""
+    return printable(_URL.sub(lambda m: safe_url(m.group()), str(message)))
 
 
 def quote_all(value: object) -> str:
-    return quote(str(value), safe="")
+    return quote(str(value), safe="", errors="surrogatepass")
 
 
 @dataclass(frozen=True, slots=True)
