@@ -23,7 +23,6 @@ from .exceptions import (
     RedisUnavailable,
     ServerError,
     TaskIdConflict,
-    TaskIdConflict,
     TaskNotFound,
     WorkerFailed,
 )
@@ -51,7 +50,6 @@ __all__ = [
     "InvalidTaskError",
     "LeaseLost",
     "Offer",
-    "OfferOutcome",
     "OfferOutcome",
     "PayloadTooLarge",
     "QueueClosed",

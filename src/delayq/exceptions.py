@@ -14,7 +14,6 @@
     ├── RedisUnavailable (ConnectionError) Redis did not answer within the call's time
     ├── ServerError                       Redis answered with an error (BUSY, OOM, WRONGTYPE, ...)
     ├── TaskIdConflict                    an offer's own id is held by a task with other content
-    ├── TaskIdConflict                    an offer's own id is held by a task with other content
     ├── QueueClosed (RuntimeError)        the queue object was closed
     └── WorkerFailed (RuntimeError)       a worker loop kept dying: the worker stopped
 """
@@ -68,22 +67,6 @@ class RedisUnavailable(DelayqError, ConnectionError):
 
 class ServerError(DelayqError):
     """Redis answered a delayq script with an error (for example BUSY, OOM or WRONGTYPE)."""
-
-
-class TaskIdConflict(DelayqError):
-    """An offer gave an ``id`` that a task with other content (payload, headers, priority or
-    key) already holds. That task is kept unchanged and nothing was written for this offer.
-
-    ``task_ids``: the ids in conflict. From ``offer_many``, the other items were written, and
-    ``results`` holds every item's :class:`TaskId` in order (``outcome`` ``conflict`` here).
-    """
-
-    def __init__(
-        self, message: str, task_ids: list[str] | None = None, results: list[str] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.task_ids = task_ids or []
-        self.results = results or []
 
 
 class TaskIdConflict(DelayqError):
