@@ -697,6 +697,21 @@ def dashboard(
     read_only: Annotated[
         bool, typer.Option("--read-only", help="Hide and refuse actions.")
     ] = False,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            metavar="NAME",
+            help="A Host name clients use, besides loopback ones (repeatable; '*.example.com').",
+        ),
+    ] = None,
+    forwarded_allow_ips: Annotated[
+        str | None,
+        typer.Option(
+            metavar="IPS",
+            help="Trust X-Forwarded-Proto/-For from these proxy addresses (comma separated).",
+        ),
+    ] = None,
     redis: RedisOpt = DEFAULT_URL,
     prefix: PrefixOpt = "dq",
 ) -> None:
@@ -704,15 +719,19 @@ def dashboard(
 
     Needs the extra of the same name (pip install delayq with dashboard). Runs until Ctrl-C.
 
-    Example: DELAYQ_DASHBOARD_TOKEN=s3cret delayq dashboard --host 0.0.0.0 --port 8080
+    Example: DELAYQ_DASHBOARD_TOKEN=$(cat token) delayq dashboard --host 0.0.0.0
+    --allowed-host queues.internal
     """
     try:
         from .. import dashboard as web
     except ImportError as exc:
         raise CliError(f"the dashboard needs: pip install 'delayq[dashboard]' ({exc})") from exc
     Session(redis, prefix).close()  # validates --redis and --prefix before starting
-    settings = web.Settings(redis, prefix, token=token or None, read_only=read_only)
-    web.serve(settings, host, port)
+    settings = web.Settings(
+        redis, prefix, token=token or None, read_only=read_only,
+        allowed_hosts=tuple(allowed_host or ()),
+    )  # fmt: skip
+    web.serve(settings, host, port, forwarded_allow_ips=forwarded_allow_ips)
 
 
 from . import outbox as outbox_cli  # noqa: E402  (relay, outbox: cli/outbox.py)
