@@ -1,0 +1,1 @@
+"""Helper processes of the multi-process and failover tests (run as scripts)."""
