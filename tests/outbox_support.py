@@ -11,11 +11,14 @@ so pytest cannot rewrite its asserts (they are plain checks anyway): PYTEST_DONT
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -176,3 +179,73 @@ def wait_drained(dsn: str, table: str, timeout: float = 30.0) -> None:
 
 def monotonic_ms() -> float:
     return time.monotonic() * 1000
+
+
+class TcpProxy:
+    """A TCP forwarder to PostgreSQL on a port of its own, which a test can take down (every
+    connection cut, new ones refused) and bring back: a database outage that leaves the
+    shared server alone."""
+
+    def __init__(self, target_port: int = 5432) -> None:
+        self.target = ("127.0.0.1", target_port)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = int(probe.getsockname()[1])
+        self._listener: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def dsn(self, dsn: str) -> str:
+        """``dsn`` (a URL on 127.0.0.1:5432) through this proxy."""
+        return dsn.replace("127.0.0.1:5432", f"127.0.0.1:{self.port}", 1)
+
+    def up(self) -> TcpProxy:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(16)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def down(self) -> None:
+        with self._lock:
+            listener, self._listener = self._listener, None
+            conns, self._conns = self._conns, []
+        if listener is not None:
+            listener.close()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                if self._listener is not listener:
+                    client.close()
+                    server.close()
+                    return
+                self._conns += [client, server]
+            for src, dst in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)

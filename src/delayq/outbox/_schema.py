@@ -143,11 +143,11 @@ class Schema:
         """The next pending rows no other relay holds, each the earliest pending row of its
         task (so a task's rows are applied in order, whichever relays run), locked until the
         claiming transaction ends. ``due_ms`` of a relative row comes back as what is left of
-        its delay on the database's clock."""
+        its delay on the database's clock (a negative one comes back as it is, to be refused)."""
         t = self.qualified
         return (
             "SELECT o.seq, o.prefix, o.queue, o.task_id, o.op, o.due_kind, "
-            "CASE WHEN o.due_kind = 'd' THEN GREATEST(0, o.due_ms - CAST(floor("
+            "CASE WHEN o.due_kind = 'd' AND o.due_ms >= 0 THEN GREATEST(0, o.due_ms - CAST(floor("
             "extract(epoch FROM clock_timestamp() - o.created) * 1000) AS bigint)) "
             "ELSE o.due_ms END AS due_ms, "
             "o.envelope, o.options, o.dedup, "
