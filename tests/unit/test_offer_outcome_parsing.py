@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from delayq import OfferOutcome, TaskId, TaskIdConflict
-from delayq._core.offers import check_conflicts, task_id_of
+from delayq._core.offers import check_conflicts, task_id_of, task_ids_of
+from delayq._core.protocol import OfferSpec
 
 
 @pytest.mark.parametrize(
@@ -36,3 +39,12 @@ def test_conflicts_raise_with_every_result() -> None:
         check_conflicts(results)
     assert caught.value.task_ids == [f"id-{n}" for n in range(5)]
     assert caught.value.results == results
+
+
+def test_a_whole_call_is_read_in_order_and_created_ids_are_full_task_ids() -> None:
+    specs = [OfferSpec(i, "d0", b'="x"') for i in ("a", "b", "c", "d")]
+    replies = [("a", 1), ("holder", 0), ("c", 0), ("d", 2)]
+    ids = task_ids_of(replies, specs, [True, True, True, True])
+    assert ids == ["a", "holder", "c", "d"] and all(type(i) is TaskId for i in ids)
+    assert [i.outcome.value for i in ids] == ["created", "existing", "created", "replaced"]
+    assert pickle.loads(pickle.dumps(ids[0])).outcome is OfferOutcome.CREATED

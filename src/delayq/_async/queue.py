@@ -33,7 +33,7 @@ from .._core.offers import (
     build_plain_offer,
     build_plain_offers,
     check_conflicts,
-    task_id_of,
+    task_ids_of,
 )
 from .._core.protocol import FetchResult, OfferSpec, Policy, RawTask
 from .._core.scripts import Op
@@ -337,10 +337,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
             rest = [protocol.offer_args(mode, chunk) for chunk in chunks[1:]]
             replies += await self._run_pipelined(Op.OFFER, rest)
         results = [pair for reply in replies for pair in protocol.parse_offer(reply)]
-        ids = [
-            task_id_of(task_id, status, spec.id, own)
-            for (task_id, status), spec, own in zip(results, specs, drawn, strict=True)
-        ]
+        ids = task_ids_of(results, specs, drawn)
         taken = [i for i, (_, st) in enumerate(results) if st == protocol.ID_TAKEN and drawn[i]]
         if taken:
             if draws >= protocol.ID_DRAWS:
