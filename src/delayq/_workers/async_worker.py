@@ -294,7 +294,8 @@ class AsyncWorker(WorkerBase):
 
     async def _ack_loop(self) -> None:
         while True:
-            await self._ack_ready.wait()
+            if not any(self._done):  # a restarted loop first acks what the dead one left
+                await self._ack_ready.wait()
             self._ack_ready.clear()
             await self._flush_acks()
 
