@@ -3,6 +3,7 @@
 import logging as _logging
 
 from ._async.queue import AsyncDelayQueue, AsyncTask
+from ._core.durability import Durability
 from ._core.handling import Reject, Retry, WorkerHealth
 from ._core.models import Backoff, DeadTask, DedupMode, Stats, TaskInfo, TaskState
 from ._core.offers import Offer, OfferOutcome, TaskId
@@ -18,6 +19,7 @@ from .exceptions import (
     InvalidDelay,
     InvalidTaskError,
     LeaseLost,
+    NotDurable,
     PayloadTooLarge,
     QueueClosed,
     RedisUnavailable,
@@ -44,11 +46,13 @@ __all__ = [
     "DedupMode",
     "DelayQueue",
     "DelayqError",
+    "Durability",
     "EncodeError",
     "Hooks",
     "InvalidDelay",
     "InvalidTaskError",
     "LeaseLost",
+    "NotDurable",
     "Offer",
     "OfferOutcome",
     "PayloadTooLarge",

@@ -13,6 +13,7 @@
     ├── LeaseLost                         ack/nack/extend on a lease that expired or moved on
     ├── RedisUnavailable (ConnectionError) Redis did not answer within the call's time
     ├── ServerError                       Redis answered with an error (BUSY, OOM, WRONGTYPE, ...)
+    ├── NotDurable                        a write was made but not confirmed by enough replicas
     ├── TaskIdConflict                    an offer's own id is held by a task with other content
     ├── QueueClosed (RuntimeError)        the queue object was closed
     └── WorkerFailed (RuntimeError)       a worker loop kept dying: the worker stopped
@@ -63,6 +64,16 @@ class LeaseLost(DelayqError):
 
 class RedisUnavailable(DelayqError, ConnectionError):
     """Redis could not be reached within the call's retry window."""
+
+
+class NotDurable(DelayqError):
+    """A write was made but fewer copies than the queue's :class:`~delayq.Durability` asks
+    for confirmed it in time. ``task_ids`` are the tasks concerned: they exist (on the master),
+    and offering them again with the same ids is safe."""
+
+    def __init__(self, message: str, task_ids: list[str]) -> None:
+        super().__init__(message)
+        self.task_ids = task_ids
 
 
 class ServerError(DelayqError):

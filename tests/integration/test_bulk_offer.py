@@ -26,8 +26,10 @@ def test_pipelined_chunks_recover_from_a_script_flush_in_order(make_queue, clien
         [build_offer(q._codec, Offer(n, 60)) for n in range(3)],
     ]
     client.script_flush()  # every pipelined call now answers NOSCRIPT
-    replies = q._run_pipelined(
-        Op.OFFER, [protocol.offer_args(DedupMode.KEEP, chunk) for chunk in chunks]
+    replies = q._write(
+        Op.OFFER,
+        [protocol.offer_args(DedupMode.KEEP, chunk) for chunk in chunks],
+        [spec.id for chunk in chunks for spec in chunk],
     )
     (first,), (second,), rest = (protocol.parse_offer(r) for r in replies)
     assert first[1] == 1 and second == (first[0], 0)  # the later offer of the key lost

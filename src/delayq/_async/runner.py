@@ -62,7 +62,12 @@ class _Redirected(Exception):
 
 
 def connect(
-    redis: object, client_name: str, reconnect_s: float | None = None, *, label: str = ""
+    redis: object,
+    client_name: str,
+    reconnect_s: float | None = None,
+    *,
+    label: str = "",
+    wait_s: float = 0.0,
 ) -> Runner:
     """The runner for ``redis``: a URL (None for ``$REDIS_URL``) or a client passed in.
 
@@ -70,14 +75,16 @@ def connect(
     failover with default server settings, see DEFAULT_RECONNECT_S). A client made here
     times out after ``socket_timeout_s(reconnect_s)`` and never retries by itself; the runner
     closes it. A client passed in is used through its own methods (its hooks see each call)
-    and left open. ``label`` names the caller in log lines (a queue's name).
+    and left open. ``label`` names the caller in log lines (a queue's name); ``wait_s`` is
+    the longest ``WAIT`` its calls send, which the socket timeout must outlast.
     """
     if redis is None or isinstance(redis, str):
         url = redis or default_url()
         target = parse_url(url)
         if reconnect_s is None:
             reconnect_s = DEFAULT_RECONNECT_S[target.topology]
-        client, extras = backend.make_client(target, client_name, socket_timeout_s(reconnect_s))
+        timeout_s = socket_timeout_s(reconnect_s) + wait_s
+        client, extras = backend.make_client(target, client_name, timeout_s)
         where = safe_url(url)
         return Runner(client, True, where, reconnect_s, extras, target.topology, label or where)
     client = backend.check_client(redis)

@@ -16,6 +16,7 @@ from typing import Any, Generic, NamedTuple, cast
 
 from .._core import protocol
 from .._core.codecs import PayloadT, PayloadType, check_codec
+from .._core.durability import Durability
 from .._core.envelope import EnvelopeCodec
 from .._core.keys import QueueKeys
 from .._core.models import (
@@ -45,6 +46,7 @@ from ..exceptions import (
     DecodeError,
     InvalidTaskError,
     LeaseLost,
+    NotDurable,
     QueueClosed,
     RedisUnavailable,
     ServerError,
@@ -153,6 +155,9 @@ class DelayQueue(Generic[PayloadT]):
         max_payload_bytes: limit on an encoded task.
         overdue_after: a due task waiting longer than this counts as overdue in stats.
         prefix: first part of every key name.
+        durability: a :class:`Durability`: after each offer (and ack, if it says so) wait
+            until that many replicas (or append-only files) confirm the write, on the
+            connection that made it; None (default) answers as soon as the master has it.
     """
 
     def __init__(
@@ -172,6 +177,7 @@ class DelayQueue(Generic[PayloadT]):
         max_payload_bytes: int = 1 << 20,
         overdue_after: Duration = 1.0,
         prefix: str = "dq",
+        durability: Durability | None = None,
     ) -> None:
         self._keys = QueueKeys(prefix, name)
         self._key_list = self._keys.all
@@ -204,7 +210,16 @@ class DelayQueue(Generic[PayloadT]):
             max_payload_bytes,
         )
         self._policy = Policy(lease_ms if ack else 0, max_attempts, retry_backoff or Backoff())
-        self._runner = runner.connect(redis, f"delayq:{name}", reconnect_s)
+        if durability is not None and not isinstance(durability, Durability):
+            raise ConfigError(f"durability must be a Durability, got {durability!r}")
+        self._durability = durability
+        self._runner = runner.connect(
+            redis,
+            f"delayq:{name}",
+            reconnect_s,
+            label=name,
+            wait_s=durability.timeout if durability else 0.0,
+        )
         # How long a call's receipt lives, so that a resend is answered from it: longer than
         # any retry of ours (reconnect_timeout) plus redis-py's own.
         self._receipt_ms = int(self._runner.reconnect_s * 1000) + 5000
@@ -278,7 +293,12 @@ class DelayQueue(Generic[PayloadT]):
             self._offer_mode(dedup)
             self._register()
             for _ in range(protocol.ID_DRAWS):
-                status = self._run(Op.OFFER_ONE, list(spec[:3]), keys=self._offer_one_keys)
+                if self._durability is None:
+                    status = self._run(Op.OFFER_ONE, list(spec[:3]), keys=self._offer_one_keys)
+                else:
+                    (status,) = self._write(
+                        Op.OFFER_ONE, [list(spec[:3])], [spec.id], keys=self._offer_one_keys
+                    )
                 if status != protocol.ID_TAKEN:  # 0: an earlier attempt wrote it, reply lost
                     return TaskId(spec.id)
                 spec = spec._replace(id=protocol.new_task_id())
@@ -331,12 +351,9 @@ class DelayQueue(Generic[PayloadT]):
             specs[start : start + protocol.OFFER_CHUNK]
             for start in range(0, len(specs), protocol.OFFER_CHUNK)
         ]
-        # In order, on one connection: a later task with the same key or id must lose. The
-        # first chunk goes alone (it reloads the script if Redis lost it), the rest pipelined.
-        replies = [self._run(Op.OFFER, protocol.offer_args(mode, chunks[0]))]
-        if len(chunks) > 1:
-            rest = [protocol.offer_args(mode, chunk) for chunk in chunks[1:]]
-            replies += self._run_pipelined(Op.OFFER, rest)
+        # In order, on one connection: a later task with the same key or id must lose.
+        arg_lists = [protocol.offer_args(mode, chunk) for chunk in chunks]
+        replies = self._write(Op.OFFER, arg_lists, [spec.id for spec in specs])
         results = [pair for reply in replies for pair in protocol.parse_offer(reply)]
         ids = task_ids_of(results, specs, drawn)
         taken = [i for i, (_, st) in enumerate(results) if st == protocol.ID_TAKEN and drawn[i]]
@@ -353,8 +370,48 @@ class DelayQueue(Generic[PayloadT]):
     def _register(self) -> None:
         if not self._registered:
             self._check_open()
+            if self._durability is not None and self._durability.aof:
+                try:  # before anything is written: a server without it refuses the probe
+                    self._runner.command("WAITAOF", 1, 0, 1)
+                except ServerError as exc:
+                    raise ConfigError(
+                        "Durability(aof=True) needs WAITAOF (Redis 7.2+ or Valkey 8) and "
+                        f"appendonly yes; {self._runner.where} refused it: {exc}"
+                    ) from exc
             self._runner.command("SADD", self._keys.registry, self.name)
             self._registered = True
+
+    def _write(
+        self,
+        op: Op,
+        arg_lists: list[list[Any]],
+        task_ids: Sequence[str],
+        *,
+        keys: Sequence[str] | None = None,
+    ) -> list[Any]:
+        """Run a writing script once per argument list, in order, on one connection; with a
+        :class:`Durability`, followed on that connection by its WAIT, and a shortfall raised
+        as :class:`NotDurable` (or logged). Resending is safe as in :meth:`_run`."""
+        self._check_open()
+        durability = self._durability
+        tail = durability.commands() if durability is not None else ()
+        try:
+            replies = self._runner.batch(op, keys or self._key_list, arg_lists, tail=tail)
+        except (RedisUnavailable, ServerError) as exc:
+            raise type(exc)(f"queue {self.name!r}: {exc}") from exc
+        if durability is None:
+            return replies
+        scripts = replies[: len(arg_lists)]
+        short = durability.shortfall(replies[len(arg_lists) :])
+        if short is not None:
+            message = (
+                f"queue {self.name!r}: {len(task_ids)} task(s) written but not confirmed "
+                f"within {durability.timeout:g} s: {short}"
+            )
+            if durability.on_shortfall == "raise":
+                raise NotDurable(message, [str(task_id) for task_id in task_ids])
+            log.warning("delayq: %s", message)
+        return scripts
 
     def cancel(self, task_id: str) -> bool:
         """Remove a task that is still waiting; True if it was delayed or ready and is gone."""
@@ -616,7 +673,12 @@ class DelayQueue(Generic[PayloadT]):
             for t in leased[start : start + protocol.MAX_BATCH]:
                 args += (t.id, t.lease_token)
             receipt = self._keys.receipt("ack", protocol.new_nonce())
-            reply = self._run(Op.ACK, args, keys=(*self._key_list, receipt))
+            ack_keys = (*self._key_list, receipt)
+            if self._durability is not None and self._durability.after_ack:
+                ids = args[1::2]
+                (reply,) = self._write(Op.ACK, [args], ids, keys=ack_keys)
+            else:
+                reply = self._run(Op.ACK, args, keys=ack_keys)
             acked += (int(s) != 0 for s in reply)
         status = iter(acked)
         return [next(status) if t.lease_token is not None else True for t in tasks]
@@ -694,16 +756,6 @@ class DelayQueue(Generic[PayloadT]):
         except (RedisUnavailable, ServerError) as exc:
             raise type(exc)(f"queue {self.name!r}: {exc}") from exc
         return protocol.parse_fetch(reply) if parse else reply
-
-    def _run_pipelined(self, op: Op, arg_lists: list[list[Any]]) -> list[Any]:
-        """Run a script once per argument list on one connection, in order (Redis runs them
-        in order). Resending after a lost connection is safe for the same reasons as in
-        :meth:`_run`."""
-        self._check_open()
-        try:
-            return self._runner.batch(op, self._key_list, arg_lists)
-        except (RedisUnavailable, ServerError) as exc:
-            raise type(exc)(f"queue {self.name!r}: {exc}") from exc
 
     # -- administration ---------------------------------------------------------------------
 

@@ -1,0 +1,83 @@
+"""Durable offers: ``WAIT`` / ``WAITAOF`` after a write, on the connection that made it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..exceptions import ConfigError
+
+Shortfall = Literal["raise", "warn"]
+
+
+@dataclass(frozen=True, slots=True)
+class Durability:
+    """How many copies of a write must exist before an offer returns.
+
+    After each offer (single and bulk; and after each ack with ``after_ack=True``) the queue
+    sends ``WAIT replicas timeout`` on the connection that made the write, or, with
+    ``aof=True``, ``WAITAOF 1 replicas timeout`` (Redis 7.2+ and Valkey 8: the master's and
+    the replicas' append-only files fsynced). When fewer copies confirm within ``timeout``
+    seconds, the offer raises :class:`~delayq.NotDurable` (``on_shortfall="raise"``) or logs a
+    warning (``"warn"``). The write itself stands either way: offering the same id again is
+    safe.
+
+    This covers a master that crashes after answering: a confirmed task is on a replica (or
+    on disk) that a failover promotes. It does not cover a network partition in which an
+    isolated master keeps taking writes (split brain): those can still be lost when it
+    rejoins. Redis's ``min-replicas-to-write`` narrows that window.
+    """
+
+    replicas: int = 1
+    aof: bool = False
+    timeout: float = 1.0
+    on_shortfall: Shortfall = "raise"
+    after_ack: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.replicas, int) or isinstance(self.replicas, bool):
+            raise ConfigError(f"replicas must be an int, got {self.replicas!r}")
+        if not 0 <= self.replicas <= 100:
+            raise ConfigError(f"replicas must be from 0 to 100, got {self.replicas}")
+        if self.replicas == 0 and not self.aof:
+            raise ConfigError("a Durability with replicas=0 and aof=False waits for nothing")
+        if not isinstance(self.aof, bool) or not isinstance(self.after_ack, bool):
+            raise ConfigError("aof and after_ack must be True or False")
+        timeout = self.timeout
+        if (
+            not isinstance(timeout, int | float)
+            or isinstance(timeout, bool)
+            or not math.isfinite(timeout)
+            or not 0 < timeout <= 60
+        ):
+            raise ConfigError(f"timeout must be from 0 to 60 seconds (not 0), got {timeout!r}")
+        if self.on_shortfall not in ("raise", "warn"):
+            raise ConfigError(f"on_shortfall must be 'raise' or 'warn', got {self.on_shortfall!r}")
+
+    @property
+    def timeout_ms(self) -> int:
+        return max(1, round(self.timeout * 1000))
+
+    def commands(self) -> tuple[tuple[Any, ...], ...]:
+        """The command that follows a write on its connection."""
+        if self.aof:
+            return (("WAITAOF", 1, self.replicas, self.timeout_ms),)
+        return (("WAIT", self.replicas, self.timeout_ms),)
+
+    def shortfall(self, replies: Sequence[Any]) -> str | None:
+        """What the confirmations in ``replies`` (of :meth:`commands`) lack, or None."""
+        (reply,) = replies
+        if self.aof:
+            local, replicas = int(reply[0]), int(reply[1])
+            missing = []
+            if local < 1:
+                missing.append("the master's append-only file was not fsynced")
+            if replicas < self.replicas:
+                missing.append(f"{replicas} of {self.replicas} replicas fsynced")
+            return "; ".join(missing) or None
+        confirmed = int(reply)
+        if confirmed >= self.replicas:
+            return None
+        return f"{confirmed} of {self.replicas} replicas confirmed"

@@ -1,0 +1,162 @@
+"""Durable offers: WAIT (or WAITAOF) on the connection that made the write, shortfalls raised
+with the task ids, and a clear error where the server cannot do what was asked."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from delayq import AsyncDelayQueue, ConfigError, DelayQueue, Durability, NotDurable, Offer
+from delayq.embedded import EmbeddedRedis, valkey_server
+
+from ..conftest import BINARIES
+from ..helpers import wait_until
+
+
+def _replica_of(master: EmbeddedRedis, binary: str, *extra: str) -> EmbeddedRedis:
+    replica = EmbeddedRedis(
+        binary, extra_args=["--replicaof", "127.0.0.1", str(master.port), *extra]
+    )
+    replica.start()
+    client = redis.Redis(port=replica.port)
+    wait_until(lambda: client.info("replication").get("master_link_status") == "up", timeout=15)
+    client.close()
+    return replica
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[EmbeddedRedis, EmbeddedRedis]]:
+    binary = BINARIES[0][1]
+    master = EmbeddedRedis(binary).start()
+    replica = _replica_of(master, binary)
+    yield master, replica
+    replica.stop()
+    master.stop()
+
+
+def test_durability_options_are_checked() -> None:
+    for bad in (
+        {"replicas": -1},
+        {"replicas": 0},  # and no aof: waits for nothing
+        {"replicas": True},
+        {"timeout": 0},
+        {"timeout": float("nan")},
+        {"timeout": 120},
+        {"on_shortfall": "ignore"},
+    ):
+        with pytest.raises(ConfigError):
+            Durability(**bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="Durability"):
+        DelayQueue("q", "redis://127.0.0.1:1/0", durability={"replicas": 1})  # type: ignore[arg-type]
+
+
+def test_offers_and_acks_wait_for_the_replica(
+    pair: tuple[EmbeddedRedis, EmbeddedRedis], prefix: str
+) -> None:
+    master, replica = pair
+    durable = Durability(replicas=1, timeout=2.0, after_ack=True)
+    with DelayQueue("durable", master.url, prefix=prefix, durability=durable) as q:
+        one = q.offer("one", delay=0)
+        many = q.offer_many([(n, 0) for n in range(2500)])  # several chunks, one WAIT
+        keyed = q.offer("keyed", delay=60, key="k")
+        on_replica = redis.Redis(port=replica.port)
+        # WAIT returned, so the replica has every task already: no waiting here.
+        assert on_replica.hexists(q.keys.key("tasks"), one)
+        assert on_replica.hexists(q.keys.key("tasks"), many[-1])
+        assert on_replica.hexists(q.keys.key("tasks"), keyed)
+        task = q.poll(timeout=5)
+        assert task is not None
+        task.ack()
+        assert not on_replica.hexists(q.keys.key("tasks"), task.id)
+        on_replica.close()
+
+
+async def test_async_offers_wait_for_the_replica(
+    pair: tuple[EmbeddedRedis, EmbeddedRedis], prefix: str
+) -> None:
+    master, replica = pair
+    async with AsyncDelayQueue(
+        "durable-async", master.url, prefix=prefix, durability=Durability(replicas=1)
+    ) as q:
+        task_id = await q.offer({"a": 1}, delay=60)
+        on_replica = redis.Redis(port=replica.port)
+        assert on_replica.hexists(q.keys.key("tasks"), task_id)
+        on_replica.close()
+
+
+def test_a_stalled_replica_makes_the_offer_raise_not_durable_with_its_ids(
+    pair: tuple[EmbeddedRedis, EmbeddedRedis], prefix: str
+) -> None:
+    master, replica = pair
+    durable = Durability(replicas=1, timeout=0.3)
+    with DelayQueue("stall", master.url, prefix=prefix, durability=durable) as q:
+        q.stats()
+        assert replica._proc is not None
+        os.kill(replica._proc.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(NotDurable, match="0 of 1 replicas") as caught:
+                q.offer("unconfirmed", delay=60, id="order-1-close")
+            assert time.monotonic() - started < 3
+            assert caught.value.task_ids == ["order-1-close"]
+            with pytest.raises(NotDurable) as bulk:
+                q.offer_many([Offer(n, 60, id=f"bulk-{n}") for n in range(3)])
+            assert bulk.value.task_ids == ["bulk-0", "bulk-1", "bulk-2"]
+        finally:
+            os.kill(replica._proc.pid, signal.SIGCONT)
+        # The writes stand on the master; offering the same ids again is safe once the
+        # replica is back, and confirms them.
+        assert q.get("order-1-close") is not None
+        again = q.offer("unconfirmed", delay=60, id="order-1-close")
+        assert again == "order-1-close" and again.outcome == "existing"
+        assert q.stats().delayed == 4
+
+
+def test_on_shortfall_warn_logs_and_returns(
+    pair: tuple[EmbeddedRedis, EmbeddedRedis], prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    master, _ = pair
+    durable = Durability(replicas=2, timeout=0.2, on_shortfall="warn")  # only one replica
+    with (
+        caplog.at_level(logging.WARNING, logger="delayq"),
+        DelayQueue("warn", master.url, prefix=prefix, durability=durable) as q,
+    ):
+        task_id = q.offer("x", delay=60)
+        assert q.get(task_id) is not None
+    assert any("1 of 2 replicas confirmed" in r.getMessage() for r in caplog.records)
+
+
+def test_aof_durability_needs_waitaof(prefix: str) -> None:
+    binary = BINARIES[0][1]
+    with EmbeddedRedis(binary) as server:
+        if server.version >= "7.2":
+            pytest.skip("this server has WAITAOF")
+        with (
+            DelayQueue(
+                "aof", server.url, prefix=prefix, durability=Durability(replicas=0, aof=True)
+            ) as q,
+            pytest.raises(ConfigError, match="WAITAOF"),
+        ):
+            q.offer("x", delay=1)
+        assert not redis.Redis(port=server.port).keys(f"{prefix}:*")  # nothing written
+
+
+@pytest.mark.skipif(valkey_server() is None, reason="needs the Valkey 8 binary (WAITAOF)")
+def test_aof_durability_on_a_server_with_waitaof(prefix: str) -> None:
+    binary = valkey_server()
+    assert binary is not None
+    with EmbeddedRedis(binary, aof=True) as master:
+        replica = _replica_of(master, binary, "--appendonly", "yes")
+        try:
+            durable = Durability(replicas=1, aof=True, timeout=2.0)
+            with DelayQueue("aof", master.url, prefix=prefix, durability=durable) as q:
+                task_id = q.offer("on disk twice", delay=60)
+                assert q.get(task_id) is not None
+        finally:
+            replica.stop()
