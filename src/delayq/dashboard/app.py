@@ -122,9 +122,10 @@ class Dashboard:
 
 def _page_number(request: Request) -> int:
     raw = request.query_params.get("page", "1")
-    # Digits only, and few: int() of a 10,000-digit string costs time.
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 7:
+    if not (raw.isascii() and raw.isdigit()):
         return 1
+    if len(raw) > 7:  # past any last page (and int() of 10,000 digits costs time)
+        return MAX_PAGE
     return min(MAX_PAGE, max(1, int(raw)))
 
 
