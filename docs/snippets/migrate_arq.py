@@ -17,10 +17,10 @@ async def charge(task: AsyncTask) -> None:  # arq: async def charge(ctx, order_i
 
 async def main() -> None:
     async with AsyncDelayQueue("payments", redis=REDIS_URL) as queue:
-        # await redis.enqueue_job("charge", 42, _defer_by=timedelta(minutes=5), _job_id="c-42")
+        # enqueue_job("charge", 42, _defer_by=timedelta(minutes=5), _job_id="c-42")
         await queue.offer({"order_id": 42}, delay=timedelta(minutes=5), id="c-42")
         # _defer_until=datetime(...)  ->  at=datetime(...)
-        # class WorkerSettings: functions = [charge]  ->  an AsyncWorker with the handler
+        # WorkerSettings.functions = [charge]  ->  an AsyncWorker
         worker = AsyncWorker(queue, charge, concurrency=64)
         # --8<-- [end:usage]
         await check(queue, worker)

@@ -10,17 +10,17 @@ sent: list[str] = []
 
 
 # --8<-- [start:usage]
-async def send(task: AsyncTask) -> None:  # new Worker("mails", async (job) => {...})
+async def send(task: AsyncTask) -> None:  # the processor: async (job) => {...}
     sent.append(task.payload["to"])
 
 
 async def main() -> None:
-    # attempts: 5, backoff: {type: "exponential", delay: 1000} are queue options here
+    # attempts and backoff are options of the queue here, not of each job
     queue = AsyncDelayQueue(
         "mails", redis=REDIS_URL, max_attempts=5, retry_backoff=Backoff(base=1.0)
     )
-    # await queue.add("welcome", {to: "ada@example.com"}, {delay: 60000, jobId: "w-ada"})
-    await queue.offer({"to": "ada@example.com"}, delay=60, id="w-ada")  # seconds, not ms
+    # queue.add("welcome", {to: "ada@..."}, {delay: 60000, jobId: "w-ada"})
+    await queue.offer({"to": "ada@example.com"}, delay=60, id="w-ada")  # in s
     # await job.changeDelay(120000)
     await queue.reschedule("w-ada", delay=120)
     worker = AsyncWorker(queue, send, concurrency=16)

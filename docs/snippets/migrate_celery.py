@@ -13,11 +13,11 @@ closed: list[int] = []
 queue = DelayQueue("orders", redis=REDIS_URL)
 
 
-def close_order(task: Task) -> None:  # the handler takes the task; arguments are its payload
+def close_order(task: Task) -> None:  # the arguments are task.payload
     order_id = task.payload["order_id"]
     if order_id < 0:
         raise Retry(delay=60)  # Celery: self.retry(countdown=60)
-    closed.append(order_id)  # returning acks (Celery: acks_late=True; here the default)
+    closed.append(order_id)  # returning acks (like acks_late=True)
 
 
 # close_order.apply_async(args=[42], countdown=1800)
@@ -27,7 +27,7 @@ when = datetime.now(UTC) + timedelta(hours=2)
 queue.offer({"order_id": 43}, at=when)
 # AsyncResult(task_id).revoke(): delayq removes the waiting task itself
 queue.cancel(task_id)
-# celery -A app worker  ->  delayq worker app:close_order --queue orders, or in Python:
+# celery -A app worker  ->  delayq worker app:close_order -q orders, or:
 worker = Worker(queue, close_order, concurrency=8)
 # --8<-- [end:usage]
 

@@ -10,7 +10,7 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 # --8<-- [start:usage]
 # RBlockingQueue<String> target = redisson.getBlockingQueue("orders");
 # RDelayedQueue<String> delayed = redisson.getDelayedQueue(target);
-queue = DelayQueue("orders", redis=REDIS_URL)  # one object: delayed part and ready part
+queue = DelayQueue("orders", redis=REDIS_URL)  # both parts in one object
 
 # delayed.offer("order-42", 30, TimeUnit.MINUTES);
 queue.offer({"order_id": 42}, delay=timedelta(minutes=30), key="close:42")
@@ -22,7 +22,7 @@ task = queue.take()
 print("closing order", task.payload["order_id"])
 task.ack()  # done: only now is it gone (Redisson has no ack)
 
-# String order = target.poll(5, TimeUnit.SECONDS);  -> None after 5 s without a due task
+# String order = target.poll(5, TimeUnit.SECONDS);  -> None after 5 s
 nothing = queue.poll(timeout=0.5)
 # --8<-- [end:usage]
 

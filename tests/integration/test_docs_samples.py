@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -54,8 +55,13 @@ def empty_redis_url(redis7_server: EmbeddedRedis) -> Iterator[str]:
 
 
 def run_sample(command: list[str], url: str) -> subprocess.CompletedProcess[str]:
-    # METRICS_PORT=0: the metrics sample binds a free port, not the 9809 the docs show.
-    env = {**os.environ, "REDIS_URL": url, "COLUMNS": "100", "METRICS_PORT": "0"}
+    env = {
+        **os.environ,
+        "REDIS_URL": url,
+        "COLUMNS": "100",
+        "METRICS_PORT": "0",  # the metrics sample binds a free port, not the 9809 it shows
+        "DELAYQ_DASHBOARD_TOKEN": secrets.token_urlsafe(24),
+    }
     # The `delayq` command of this interpreter's environment comes first on PATH.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return subprocess.run(

@@ -31,7 +31,18 @@ def code_defaults() -> dict[str, Any]:
     """Each option's default in the code; ``retry_backoff=None`` means ``Backoff()``."""
     defaults = {**_defaults(Worker.__init__), **_defaults(DelayQueue.__init__)}
     defaults["retry_backoff"] = Backoff()
+    if "reconnect_timeout" not in defaults:  # None: chosen per topology; docs say a server's
+        defaults["reconnect_timeout"] = reconnect_defaults()["standalone"]
     return defaults
+
+
+def reconnect_defaults() -> dict[str, float]:
+    """reconnect_timeout's default per topology, where the code has one table of them."""
+    try:
+        from delayq._core.connection import DEFAULT_RECONNECT_S
+    except ImportError:
+        return {"standalone": _defaults(DelayQueue.__init__)["reconnect_timeout"]}
+    return {str(topology): seconds for topology, seconds in DEFAULT_RECONNECT_S.items()}
 
 
 def texts() -> dict[str, str]:
@@ -114,6 +125,15 @@ def test_idle_consumer_cost_is_stated_the_same_everywhere() -> None:
     assert readme.count(cost) == 2, "the bullet and the option list both say it"
     assert cost in texts()["docs/concepts.md"]
     assert "one script call per interval" in (DelayQueue.__init__.__doc__ or DelayQueue.__doc__)
+
+
+def test_reconnect_timeout_per_topology_is_stated_as_in_the_code() -> None:
+    per_topology = reconnect_defaults()
+    if len(per_topology) == 1:
+        pytest.skip("one reconnect_timeout default for every topology")
+    text = texts()["docs/guarantees.md"]
+    assert f"{per_topology['sentinel']:g} s through Sentinel" in text
+    assert f"{per_topology['cluster']:g} s on a cluster" in text
 
 
 def test_every_public_name_is_in_the_api_reference() -> None:

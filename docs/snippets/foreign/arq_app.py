@@ -15,5 +15,7 @@ class WorkerSettings:  # $ arq app.WorkerSettings
 
 async def main():
     redis = await create_pool(RedisSettings())
-    await redis.enqueue_job("charge", 42, _defer_by=timedelta(minutes=5), _job_id="c-42")
+    await redis.enqueue_job(
+        "charge", 42, _defer_by=timedelta(minutes=5), _job_id="c-42"
+    )
     # _defer_until=datetime(...) for a due time

@@ -15,5 +15,5 @@ def close_order(self, order_id):
 
 result = close_order.apply_async(args=[42], countdown=1800)
 close_order.apply_async(args=[43], eta=datetime.now(UTC) + timedelta(hours=2))
-result.revoke()  # workers skip the task when its time comes; the message stays until then
+result.revoke()  # workers skip it when it is due; the message stays until then
 # $ celery -A shop worker
