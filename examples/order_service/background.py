@@ -1,0 +1,57 @@
+"""The service's background work: the outbox relay and the close worker.
+
+Both run in the app's lifespan (``ORDER_SERVICE_BACKGROUND=1``, the default) or in their own
+process, ``python -m examples.order_service.worker``, next to API processes started with
+``ORDER_SERVICE_BACKGROUND=0``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from delayq import AsyncDelayQueue, AsyncTask, AsyncWorker
+from delayq.outbox import AsyncRelay
+
+from .config import Settings
+from .service import QUEUE, close_if_unpaid
+
+
+class Background:
+    """The relay (outbox -> Redis) and the worker (Redis -> close_if_unpaid), as tasks."""
+
+    def __init__(self, settings: Settings, engine: AsyncEngine) -> None:
+        self.relay = AsyncRelay(settings.dsn, settings.redis_url)
+        self.queue = AsyncDelayQueue(QUEUE, settings.redis_url, prefix=settings.prefix)
+        self._engine = engine
+
+        async def close_order(task: AsyncTask) -> None:
+            await close_if_unpaid(self._engine, task.payload["order_id"], task.due_at)
+
+        # Inside an application the worker must not take over SIGTERM/SIGINT: uvicorn owns
+        # them and ends the lifespan, which stops the worker gracefully.
+        self.worker = AsyncWorker(
+            self.queue, close_order, concurrency=settings.worker_concurrency,
+            handle_signals=False,
+        )  # fmt: skip
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self.relay.run(), name="order_service:relay"),
+            asyncio.create_task(self.worker.run(), name="order_service:worker"),
+        ]
+
+    async def wait(self) -> None:
+        """Until both stop; the first failure is raised, after the other one is stopped."""
+        try:
+            await asyncio.gather(*self._tasks)
+        finally:
+            await self.stop()
+
+    async def stop(self) -> None:
+        self.relay.stop()
+        self.worker.stop()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.queue.close()
