@@ -196,7 +196,7 @@ def wait_for_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0
 
 async def drive(url: str, plan: Plan) -> Traffic:
     """Place the orders at the planned rate; pay a share of them within their window.
-    (aiohttp: its client costs a third of httpx's CPU per request, and the load shares the
+    (aiohttp: its client costs a sixth of httpx's CPU per request, and the load shares the
     machine with the service it measures.)"""
     rng = random.Random(plan.seed)
     traffic = Traffic()
