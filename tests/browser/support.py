@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import uvicorn
 
@@ -55,4 +56,32 @@ def running(settings: Settings) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
+        thread.join(10)
+
+
+@contextmanager
+def serving_page(html: str) -> Iterator[str]:
+    """``html`` served at ``/`` by another server on another port of 127.0.0.1 (another
+    origin, yet the same site as the dashboard: cookies ignore ports); yields its URL."""
+    body = html.encode()
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/html; charset=utf-8")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # quiet
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Page)
+    thread = threading.Thread(target=server.serve_forever, name="attacker-page", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
         thread.join(10)

@@ -3,10 +3,12 @@ against the test's own redis-server and real tasks. Waits on selectors, never on
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from delayq import DelayQueue
@@ -14,7 +16,7 @@ from delayq.dashboard import Settings
 from delayq.embedded import EmbeddedRedis
 
 from ..helpers import wait_until
-from .support import running
+from .support import running, serving_page
 
 FIELDS = ("delayed", "ready", "inflight", "dead", "overdue")
 
@@ -160,3 +162,49 @@ def test_auto_refresh_shows_new_counts(page: Any, queues: Any, dashboard: Any) -
     assert page.inner_text(cell) == "1"
     q.offer({"x": 1}, delay=600)
     wait_until(lambda: page.inner_text(cell) == "2", timeout=10)
+
+
+ATTACK = """<!doctype html><html><body>
+<script>document.cookie = "delayq_csrf=COOKIE; path=/";</script>
+<form id="attack" method="post" action="DASHBOARD/q/payments/action">
+<input name="csrf" value="TOKEN"><input name="action" value="purge_dead"></form>
+<script>document.getElementById("attack").submit();</script>
+</body></html>"""
+
+
+def test_a_page_on_another_port_cannot_act(
+    page: Any, browser: Any, queues: Any, dashboard: Any
+) -> None:
+    """A page served on another port of 127.0.0.1 plants a CSRF cookie (cookies ignore ports,
+    so the dashboard receives it) and posts the purge form with the matching token. Both
+    cases: a cookie it invented, and a real pair it fetched from the dashboard itself (any
+    local process can). Chromium says where the form came from; the dashboard refuses."""
+    q = queues("payments")
+    seed(q, delayed=0, ready=0, inflight=0, dead=2)
+    base = dashboard()
+    confirm = httpx.get(f"{base}/q/payments/confirm?action=purge_dead")
+    token = re.search(r'name="csrf" value="([^"]+)"', confirm.text)
+    assert token is not None
+    fetched = (confirm.cookies["delayq_csrf"], token.group(1))
+    for cookie, csrf in (("A" * 43, "A" * 43), fetched):
+        html = ATTACK.replace("COOKIE", cookie).replace("TOKEN", csrf)
+        victim = browser.new_context()  # a browser that has not seen the dashboard yet
+        try:
+            tab = victim.new_page()
+            with serving_page(html.replace("DASHBOARD", base)) as attacker:
+                assert attacker.split(":")[2] != base.split(":")[2]  # same host, another port
+                tab.goto(attacker)
+                tab.wait_for_url(re.compile(re.escape(base) + "/"))  # the form's answer
+                tab.wait_for_load_state()
+                assert tab.url == f"{base}/q/payments/action"  # not redirected: refused
+                assert tab.inner_text("#error-title") == "Forbidden"
+                assert "Cross-origin request refused" in tab.inner_text("#error-detail")
+        finally:
+            victim.close()
+        assert q.stats().dead == 2
+    # The dashboard's own page, in the same browser, still can.
+    page.goto(f"{base}/q/payments/confirm?action=purge_dead")
+    page.click("form#confirm button[type=submit]")
+    page.wait_for_selector("#done")
+    assert page.inner_text("#done") == "2 dead task(s) purged."
+    assert q.stats().dead == 0
