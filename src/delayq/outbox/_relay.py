@@ -109,6 +109,7 @@ class AsyncRelay:
         self._redis_timeout = float(redis_timeout)
         self._max_backoff = float(max_backoff)
         self._queues: dict[tuple[str, str], AsyncDelayQueue] = {}
+        self._known_queues: set[tuple[str, str]] = set()
         self._stop_event: asyncio.Event | None = None
         self._stopping = False
         self.stats = RelayStats()
@@ -223,9 +224,11 @@ class AsyncRelay:
         handled = 0
         while not self._stopping or stop_when_idle:
             async with conn.transaction():
-                cur = await conn.execute(self._claim, {"limit": self._batch})
-                names = [c.name for c in cur.description]
-                rows = [dict(zip(names, r, strict=True)) for r in await cur.fetchall()]
+                async with conn.cursor(name="delayq_claim") as cur:
+                    await cur.execute(self._claim)
+                    fetched = await cur.fetchmany(self._batch)
+                    names = [c.name for c in cur.description]
+                rows = [dict(zip(names, r, strict=True)) for r in fetched]
                 if not rows:
                     return handled
                 done, dead = await self._apply(rows)
@@ -252,7 +255,7 @@ class AsyncRelay:
         per_queue: dict[tuple[str, str], list[Claimed]] = {}
         for row in rows:
             try:
-                item = check_row(row)
+                item = check_row(row, self._known_queues)
             except (InvalidTaskError, ConfigError) as exc:
                 dead.append((int(row["seq"]), f"{type(exc).__name__}: {exc}"))
                 continue

@@ -156,11 +156,15 @@ class Claimed:
         return self.due_ms / 1000
 
 
-def check_row(row: Mapping[str, Any]) -> Claimed:
+def check_row(row: Mapping[str, Any], known: set[tuple[str, str]] | None = None) -> Claimed:
     """A claimed row as the relay applies it; raises :class:`InvalidTaskError` (or
-    :class:`ConfigError`) for a row nobody can apply, which the relay marks dead."""
+    :class:`ConfigError`) for a row nobody can apply, which the relay marks dead. ``known``
+    holds (prefix, queue) pairs already found valid: checked once per relay, not per row."""
     prefix, queue, op = row["prefix"], row["queue"], row["op"]
-    QueueKeys(prefix, queue)
+    if known is None or (prefix, queue) not in known:
+        QueueKeys(prefix, queue)
+        if known is not None:
+            known.add((prefix, queue))
     task_id = check_id(row["task_id"], "task_id")
     due_kind, due_ms = row["due_kind"], row["due_ms"]
     spec = None
