@@ -215,7 +215,7 @@ def test_stats_table_json_and_watch(
     assert rows["alpha"]["next_due_at"] and rows["alpha"]["counters"]["offered"] == 5
     assert rows["beta"]["dead"] == 1 and rows["beta"]["total"] == 1
     assert [r["queue"] for r in some.json()] == ["beta"]
-    assert table.code == 0 and "alpha" in table.out and "in-flight" in table.out, table
+    assert table.code == 0 and "alpha" in table.out and "inflight" in table.out, table
     assert "offered=5" in table.out
     assert empty.json() == []
 
@@ -365,7 +365,10 @@ def test_purge_asks_for_confirmation_on_a_terminal(
 # -- errors --------------------------------------------------------------------------------------
 
 
-def test_bad_arguments_fail_with_one_clear_line(target: list[str], tmp_path: Path) -> None:
+def test_bad_arguments_fail_with_one_clear_line(
+    target: list[str], tmp_path: Path, queue: Callable[..., DelayQueue]
+) -> None:
+    queue("q").offer("exists", 3600)  # a known queue: the errors below are about the task
     (tmp_path / "handlers.py").write_text("def handle(task):\n    pass\n")
     (tmp_path / "broken.py").write_text("import no_such_dependency_xyz\n")
     dead_url = f"redis://127.0.0.1:{free_port()}/0"

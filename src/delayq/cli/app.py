@@ -1,16 +1,23 @@
 """The ``delayq`` command: operate queues from the shell and run workers.
 
 Every command takes ``--redis`` (default: ``$REDIS_URL``, then ``redis://127.0.0.1:6379/0``)
-and ``--prefix`` (default ``dq``). Errors are one line on stderr and a non-zero exit code:
-2 for bad arguments, 1 for everything else (unknown task, Redis unreachable, ...).
+and ``--prefix`` (default ``dq``). A password in ``--redis`` is visible to every user of the
+machine (``ps``); ``REDIS_URL`` in the environment is not. Errors are one line on stderr and a
+non-zero exit code: 2 for bad arguments, 1 for everything else (unknown queue or task, Redis
+unreachable, ...). No message shows a password: URLs go through ``safe_url``.
+
+Everything read from Redis reaches the terminal escaped (see render.py); ``--json`` is exact.
 """
 
 from __future__ import annotations
 
 import asyncio
+import difflib
+import importlib.metadata
 import inspect
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -19,20 +26,23 @@ from enum import StrEnum
 from typing import Annotated, Any, NoReturn
 
 import typer
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from rich.console import Console
+from rich.text import Text
 
 from .. import DelayqError, DelayQueue, TaskState
-from .._core.keys import QueueKeys
+from .._core.keys import KEY_ROLES, QueueKeys
 from .._core.scripts import Op
+from .._core.text import printable
 from .._core.urls import safe_url
-from .._sync import backend
+from .._sync import backend, runner
 from ..exceptions import ConfigError
-from . import parse, render
+from . import helptext, parse, render
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 CALL_TIMEOUT = 3.0  # seconds a command keeps retrying an unreachable Redis
 BATCH = 1000
+MAX_LIMIT = 10_000  # most tasks one page of inspect or dead lists
 
 app = typer.Typer(
     name="delayq",
@@ -64,20 +74,90 @@ class State(StrEnum):
 RedisOpt = Annotated[
     str,
     typer.Option(
-        "--redis", envvar="REDIS_URL", help="Redis URL (env REDIS_URL).", show_envvar=False
+        "--redis",
+        envvar="REDIS_URL",
+        metavar="URL",
+        help="Redis URL; default $REDIS_URL. A password given here shows in ps: set REDIS_URL.",
+        show_envvar=False,
     ),
 ]
-PrefixOpt = Annotated[str, typer.Option("--prefix", help="Key prefix of the queues.")]
+PrefixOpt = Annotated[
+    str, typer.Option("--prefix", metavar="PREFIX", help="Key prefix of the queues.")
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout, for scripts.")]
 QueueArg = Annotated[str, typer.Argument(metavar="QUEUE", help="Queue name.", show_default=False)]
 DelayOpt = Annotated[
-    str | None, typer.Option("--delay", "-d", help="Delay: 30s, 5m, 1h30m, 250ms or seconds.")
+    str | None,
+    typer.Option(
+        "--delay", "-d", metavar="DURATION", help="Delay: 30s, 5m, 1h30m, 250ms or seconds."
+    ),
 ]
-AtOpt = Annotated[str | None, typer.Option("--at", help="Due time, ISO 8601 with a timezone.")]
+AtOpt = Annotated[
+    str | None,
+    typer.Option("--at", metavar="TIME", help="Due time, ISO 8601 with a timezone."),
+]
+AllowMissingOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-missing",
+        help="Show an unknown queue as empty instead of failing. A queue is known when the "
+        "registry (PREFIX:queues) lists it or it holds any key.",
+    ),
+]
+LimitOpt = Annotated[
+    int,
+    typer.Option(min=0, max=MAX_LIMIT, metavar="N", help=f"Most tasks to list (<= {MAX_LIMIT})."),
+]
 
 
 def bad(message: str) -> NoReturn:
     raise CliError(message, code=2)
+
+
+def version_of_delayq() -> str:
+    try:
+        return importlib.metadata.version("delayq")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        from .. import __version__
+
+        return __version__
+
+
+def show_version(value: bool) -> None:
+    if value:
+        say(f"delayq {version_of_delayq()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def overview(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=show_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Operate delayq queues on Redis: schedule, inspect, fix and run workers.
+
+    --redis defaults to $REDIS_URL: prefer it when the URL holds a password (the command line
+    shows in ps).
+    """
+
+
+def say(text: str) -> None:
+    """One line on stdout, escaped of control characters, never parsed for markup or cut."""
+    out.print(Text(printable(text)), soft_wrap=True)
+
+
+def warn(text: str) -> None:
+    err.print(Text(printable(text)), soft_wrap=True)
+
+
+# The roles of a queue's keys that hold data (the events channel is no key); and those that
+# hold tasks (what is left without them is lifetime counters and kept dedup keys).
+DATA_ROLES = tuple(role for role in KEY_ROLES if role != "events")
+TASK_ROLES = ("delayed", "tasks", "inflight", "dead")
 
 
 class Session:
@@ -87,9 +167,12 @@ class Session:
         QueueKeys(prefix, "x")  # validates the prefix
         self.url, self.prefix = url, prefix
         try:
-            self.client = backend.connect(url, "delayq-cli", CALL_TIMEOUT)[0]
-        except ValueError as exc:
+            self.runner = runner.connect(url, "delayq-cli", CALL_TIMEOUT)
+            self.client = backend.resolve(self.runner.client)
+        except ConfigError as exc:
             bad(f"--redis: {exc}")
+        except (RedisError, RedisClusterException) as exc:
+            raise CliError(f"cannot reach Redis at {safe_url(url)}: {exc}") from exc
         self.queues: list[DelayQueue] = []
 
     def queue(self, name: str, **options: Any) -> DelayQueue:
@@ -99,27 +182,59 @@ class Session:
         self.queues.append(q)
         return q
 
-    def registered(self) -> list[str]:
-        """The queue names in the registry set ``<prefix>:queues``, sorted."""
-        registry = QueueKeys(self.prefix, "x").registry
+    @property
+    def registry(self) -> str:
+        return QueueKeys(self.prefix, "x").registry
+
+    def registry_members(self) -> list[bytes]:
+        """The raw members of the registry set ``<prefix>:queues``."""
         try:
-            raw = list(self.client.sscan_iter(registry, count=1000))
-        except RedisError as exc:
-            raise CliError(f"cannot read {registry} from {safe_url(self.url)}: {exc}") from exc
-        names = sorted({v.decode(errors="replace") for v in raw})
+            return list(self.runner.command("SMEMBERS", self.registry))
+        except (RedisError, DelayqError) as exc:
+            raise CliError(f"cannot read {self.registry} from {safe_url(self.url)}: {exc}") from exc
+
+    def registered(self, *, quiet: bool = False) -> list[str]:
+        """The valid queue names in the registry, sorted (a warning for each invalid one)."""
         valid = []
-        for name in names:
+        for raw in sorted(set(self.registry_members())):
+            name = raw.decode(errors="backslashreplace")
             try:
                 QueueKeys(self.prefix, name)
                 valid.append(name)
             except ConfigError:
-                err.print(f"warning: skipping invalid queue name {name!r} in {registry}")
+                if not quiet:
+                    warn(f"warning: skipping invalid queue name {name!r} in {self.registry}")
         return valid
+
+    def holds_keys(self, name: str, roles: Sequence[str] = DATA_ROLES) -> int:
+        """How many of the queue's keys (of ``roles``) exist."""
+        keys = QueueKeys(self.prefix, name)
+        return int(self.runner.command("EXISTS", *(keys.key(role) for role in roles)))
+
+    def known(self, name: str) -> bool:
+        """Whether the queue exists: the registry lists it, or it holds any key."""
+        QueueKeys(self.prefix, name)  # validates the name
+        if int(self.runner.command("SISMEMBER", self.registry, name)):
+            return True
+        return self.holds_keys(name) > 0
+
+    def require(self, name: str, allow_missing: bool | None = None) -> None:
+        """Fail with a clear error if the queue is unknown (a misspelt name), unless
+        ``allow_missing``; None: the command has no --allow-missing."""
+        if allow_missing or self.known(name):
+            return
+        close = difflib.get_close_matches(name, self.registered(quiet=True), n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        escape = "; --allow-missing shows it as empty" if allow_missing is not None else ""
+        raise CliError(
+            f"unknown queue {name!r} under prefix {self.prefix!r} (not in {self.registry} "
+            f"and holds no keys){hint}{escape}"
+        )
 
     def close(self) -> None:
         for q in self.queues:
             q.close()
-        self.client.close()
+        self.runner.close()
 
 
 @contextmanager
@@ -155,14 +270,22 @@ def offer(
     ],
     delay: DelayOpt = None,
     at: AtOpt = None,
-    key: Annotated[str | None, typer.Option(help="Dedup key: one live task per key.")] = None,
-    id: Annotated[str | None, typer.Option("--id", help="Task id (repeat offers no-op).")] = None,
-    priority: Annotated[int, typer.Option(min=0, max=9, help="0-9, 9 first.")] = 0,
+    key: Annotated[
+        str | None, typer.Option(metavar="KEY", help="Dedup key: one live task per key.")
+    ] = None,
+    id: Annotated[
+        str | None, typer.Option("--id", metavar="ID", help="Task id (repeat offers no-op).")
+    ] = None,
+    priority: Annotated[
+        int, typer.Option(min=0, max=9, metavar="0-9", help="Priority, 9 first.")
+    ] = 0,
     ttl: Annotated[
-        str | None, typer.Option(help="Drop if not delivered this long after due.")
+        str | None,
+        typer.Option(metavar="DURATION", help="Drop if not delivered this long after due."),
     ] = None,
     header: Annotated[
-        list[str] | None, typer.Option("--header", "-H", help="Header name=value (repeatable).")
+        list[str] | None,
+        typer.Option("--header", "-H", metavar="NAME=VALUE", help="A header (repeatable)."),
     ] = None,
     replace: Annotated[
         bool, typer.Option("--replace", help="With --key: update the pending task instead.")
@@ -214,13 +337,15 @@ def cancel(
     with session(redis, prefix) as s:
         q = s.queue(queue)
         done = {task_id: q.cancel(task_id) for task_id in ids}
+        if not any(done.values()):
+            s.require(queue)
     missed = [i for i, ok in done.items() if not ok]
     if json:
         render.print_json({"cancelled": [i for i, ok in done.items() if ok], "missed": missed})
     else:
         for task_id, ok in done.items():
             if ok:
-                out.print(f"cancelled {task_id}", markup=False)
+                say(f"cancelled {task_id}")
     if missed:
         raise CliError(f"not cancelled (unknown, in flight or dead): {' '.join(missed)}", code=1)
 
@@ -243,6 +368,7 @@ def reschedule(
     with session(redis, prefix) as s:
         q = s.queue(queue)
         if not q.reschedule(task_id, **due):
+            s.require(queue)
             raise CliError(
                 f"task {task_id!r} in {queue!r} is not waiting (unknown, in flight or dead)"
             )
@@ -251,7 +377,7 @@ def reschedule(
     if json:
         render.print_json({"id": task_id, "due_at": due_at})
     else:
-        out.print(f"{task_id} due {render.when(due_at)}", markup=False)
+        say(f"{task_id} due {render.when(due_at)}")
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -268,10 +394,10 @@ def queues(redis: RedisOpt = DEFAULT_URL, prefix: PrefixOpt = "dq", json: JsonOp
     if json:
         render.print_json(names)
     elif not names:
-        err.print(f"no queues under prefix {prefix!r}", markup=False)
+        warn(f"no queues under prefix {prefix!r}")
     else:
         for name in names:
-            out.print(name, markup=False)
+            say(name)
 
 
 @app.command()
@@ -281,17 +407,24 @@ def stats(
         typer.Argument(metavar="[QUEUE]...", help="Queues (default: all).", show_default=False),
     ] = None,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until Ctrl-C.")] = False,
-    interval: Annotated[float, typer.Option(min=0.05, help="Seconds between refreshes.")] = 1.0,
+    interval: Annotated[
+        float,
+        typer.Option(min=0.05, metavar="SECONDS", help="Seconds between refreshes (>= 0.05)."),
+    ] = 1.0,
     overdue_after: Annotated[
-        str, typer.Option(help="A due task waiting longer than this is overdue.")
+        str,
+        typer.Option(metavar="DURATION", help="A due task waiting longer than this is overdue."),
     ] = "1s",
+    allow_missing: AllowMissingOpt = False,
     redis: RedisOpt = DEFAULT_URL,
     prefix: PrefixOpt = "dq",
     json: JsonOpt = False,
 ) -> None:
     """Counts per state, overdue tasks and lifetime counters (a table, or --json).
 
-    With --watch the table refreshes every --interval seconds (--json: one line per refresh).
+    A table on a terminal; piped, plain aligned lines, one per queue, never cut. With
+    --watch it refreshes every --interval seconds (--json: one line per refresh). A queue
+    named that does not exist is an error (see --allow-missing).
 
     Example: delayq stats orders emails --watch --interval 2
     """
@@ -299,25 +432,43 @@ def stats(
     with session(redis, prefix) as s:
         opened: dict[str, DelayQueue] = {}
 
+        checked: set[str] = set()
+
         def read() -> list[Any]:
             names = list(queues or []) or s.registered()
             for n in names:
                 if n not in opened:
                     opened[n] = s.queue(n, overdue_after=overdue)
-            return [opened[n].stats() for n in names]
+            rows = [opened[n].stats() for n in names]
+            for row in rows:
+                # An empty reply may be a misspelt name: checked once per named queue.
+                if queues and row.queue not in checked and not (row.total or row.counters):
+                    s.require(row.queue, allow_missing)
+                checked.add(row.queue)
+            return rows
+
+        def title() -> str:
+            return f"delayq stats ({prefix}) {time.strftime('%H:%M:%S')}"
 
         def show(rows: list[Any]) -> Any:
-            stamp = time.strftime("%H:%M:%S")
-            return render.stats_table(rows, f"delayq stats ({prefix}) {stamp}", out.width)
+            return render.stats_table(rows, title(), out.width)
+
+        def plain(rows: list[Any], *, titled: bool) -> None:
+            if titled:
+                say(title())
+            for line in render.stats_lines(rows):
+                say(line)
 
         if not watch:
             rows = read()
             if json:
                 render.print_json([render.stats_json(r) for r in rows])
             elif not rows:
-                err.print(f"no queues under prefix {prefix!r}", markup=False)
-            else:
+                warn(f"no queues under prefix {prefix!r}")
+            elif out.is_terminal:
                 out.print(show(rows))
+            else:
+                plain(rows, titled=False)
             return
         try:
             if json or not out.is_terminal:
@@ -326,7 +477,7 @@ def stats(
                     if json:
                         render.print_json([render.stats_json(r) for r in rows])
                     else:
-                        out.print(show(rows))
+                        plain(rows, titled=True)
                     time.sleep(interval)
             from rich.live import Live
 
@@ -352,6 +503,8 @@ def get(
     """
     with session(redis, prefix) as s:
         info = s.queue(queue).get(task_id)
+        if info is None:
+            s.require(queue)
     if info is None:
         raise CliError(f"no task {task_id!r} in queue {queue!r}")
     if json:
@@ -365,10 +518,16 @@ def inspect_tasks(
     queue: QueueArg,
     state: Annotated[
         list[State] | None,
-        typer.Option("--state", "-s", help="Only this state (repeatable; default: all)."),
+        typer.Option(
+            "--state",
+            "-s",
+            metavar="STATE",
+            help="Only this state: delayed, ready, inflight or dead (repeatable; default: all).",
+        ),
     ] = None,
-    limit: Annotated[int, typer.Option(min=0, max=10_000, help="Tasks per state.")] = 20,
-    offset: Annotated[int, typer.Option(min=0, help="Skip this many per state.")] = 0,
+    limit: LimitOpt = 20,
+    offset: Annotated[int, typer.Option(min=0, metavar="N", help="Skip this many per state.")] = 0,
+    allow_missing: AllowMissingOpt = False,
     redis: RedisOpt = DEFAULT_URL,
     prefix: PrefixOpt = "dq",
     json: JsonOpt = False,
@@ -383,6 +542,8 @@ def inspect_tasks(
     with session(redis, prefix) as s:
         q = s.queue(queue)
         pages = {st: q.tasks(st, limit=limit, offset=offset) for st in dict.fromkeys(states)}
+        if not any(pages.values()):
+            s.require(queue, allow_missing)
     if json:
         render.print_json([t for page in pages.values() for t in page])
         return
@@ -390,30 +551,36 @@ def inspect_tasks(
         if page or len(pages) == 1:
             out.print(render.tasks_table(page, title=f"{queue}: {st.value} ({len(page)} shown)"))
     if not any(pages.values()):
-        err.print(f"no tasks in {', '.join(st.value for st in pages)}", markup=False)
+        warn(f"no tasks in {', '.join(st.value for st in pages)}")
 
 
 @app.command()
 def dead(
     queue: QueueArg,
-    limit: Annotated[int, typer.Option(min=0, help="Most tasks to list.")] = 20,
-    offset: Annotated[int, typer.Option(min=0, help="Skip this many.")] = 0,
+    limit: LimitOpt = 20,
+    offset: Annotated[int, typer.Option(min=0, metavar="N", help="Skip this many.")] = 0,
+    allow_missing: AllowMissingOpt = False,
     redis: RedisOpt = DEFAULT_URL,
     prefix: PrefixOpt = "dq",
     json: JsonOpt = False,
 ) -> None:
-    """List dead-lettered tasks, oldest first, with their last error.
+    """List dead-lettered tasks, oldest first, with the last line of their error.
+
+    The full error (a traceback) is on: delayq get QUEUE ID (and in --json).
 
     Example: delayq dead orders --limit 100 --json
     """
     with session(redis, prefix) as s:
         rows = s.queue(queue).dead(limit=limit, offset=offset)
+        if not rows:
+            s.require(queue, allow_missing)
     if json:
         render.print_json(rows)
     elif rows:
-        out.print(render.dead_table(rows, title=f"{queue}: dead ({len(rows)} shown)"))
+        title = f"{queue}: dead ({len(rows)} shown)"
+        out.print(render.dead_table(rows, title=title, width=out.width))
     else:
-        err.print(f"no dead tasks in {queue!r}", markup=False)
+        warn(f"no dead tasks in {queue!r}")
 
 
 # -- fixing ----------------------------------------------------------------------------------
@@ -443,19 +610,23 @@ def requeue(
         q = s.queue(queue)
         if all:
             moved = requeue_all(q)
+            if not moved:
+                s.require(queue)
             if json:
                 render.print_json({"requeued": moved})
             else:
-                out.print(f"requeued {moved} dead tasks of {queue}", markup=False)
+                say(f"requeued {moved} dead tasks of {queue}")
             return
         done = {task_id: q.requeue_dead(task_id) == 1 for task_id in ids or []}
+        if not any(done.values()):
+            s.require(queue)
     missed = [i for i, ok in done.items() if not ok]
     if json:
         render.print_json({"requeued": [i for i, ok in done.items() if ok], "missed": missed})
     else:
         for task_id, ok in done.items():
             if ok:
-                out.print(f"requeued {task_id}", markup=False)
+                say(f"requeued {task_id}")
     if missed:
         raise CliError(f"not requeued (not dead, or a live task holds its key): {' '.join(missed)}")
 
@@ -491,7 +662,12 @@ def purge(
     queue: QueueArg,
     state: Annotated[
         list[State] | None,
-        typer.Option("--state", "-s", help="State to delete (repeatable; default: dead)."),
+        typer.Option(
+            "--state",
+            "-s",
+            metavar="STATE",
+            help="State to delete: delayed, ready, inflight or dead (repeatable; default: dead).",
+        ),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     redis: RedisOpt = DEFAULT_URL,
@@ -508,6 +684,7 @@ def purge(
     with session(redis, prefix) as s:
         q = s.queue(queue)
         if not yes:
+            s.require(queue)  # before asking: a misspelt name has nothing to confirm
             if not sys.stdin.isatty():
                 bad("purge deletes tasks: pass --yes (no terminal to confirm on)")
             st = q.stats()
@@ -517,10 +694,70 @@ def purge(
             ):
                 raise CliError("aborted: nothing deleted")
         deleted = q.purge(states)
+        if not deleted:
+            s.require(queue)
     if json:
         render.print_json({"purged": deleted, "states": states})
     else:
-        out.print(f"purged {deleted} task(s) ({', '.join(states)}) from {queue}", markup=False)
+        say(f"purged {deleted} task(s) ({', '.join(states)}) from {queue}")
+
+
+@app.command()
+def prune(
+    empty: Annotated[
+        bool, typer.Option("--empty", help="Also queues that hold no tasks (see above).")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", "-n", help="List what would go; remove nothing.")
+    ] = False,
+    redis: RedisOpt = DEFAULT_URL,
+    prefix: PrefixOpt = "dq",
+    json: JsonOpt = False,
+) -> None:
+    """Remove from the registry (PREFIX:queues) the queues that hold nothing.
+
+    The registry lists every queue ever offered to; queues, stats, the exporter and the
+    dashboard read it. Removed: names that are not valid queue names, and queues that hold
+    no key at all (their keys were deleted). With --empty, also queues that hold no tasks
+    (their lifetime counters stay). A producer registers a queue once, at its first offer:
+    a queue pruned while such a producer runs stays out of the registry until that producer
+    restarts, so use --empty for queues whose producers are gone. Nothing is deleted but
+    registry entries; a queue that gains keys meanwhile is put back.
+
+    Example: delayq prune --empty --dry-run
+    """
+    roles = TASK_ROLES if empty else DATA_ROLES
+    removed: list[str] = []
+    kept = 0
+    with session(redis, prefix) as s:
+        for raw in sorted(set(s.registry_members())):
+            name = raw.decode(errors="backslashreplace")
+            try:
+                QueueKeys(prefix, name)
+            except ConfigError:
+                valid = False
+            else:
+                valid = True
+                if s.holds_keys(name, roles):
+                    kept += 1
+                    continue
+            removed.append(name)
+            if dry_run:
+                continue
+            s.runner.command("SREM", s.registry, raw)
+            # A queue offered to between the check and the removal goes back: the offer's
+            # producer registered it before writing, and will not register it again.
+            if valid and s.holds_keys(name, roles):
+                s.runner.command("SADD", s.registry, raw)
+                removed.pop()
+                kept += 1
+    if json:
+        render.print_json({"removed": removed, "kept": kept, "dry_run": dry_run})
+        return
+    verb = "would remove" if dry_run else "removed"
+    for name in removed:
+        say(f"{verb} {name}")
+    warn(f"{verb} {len(removed)} of {len(removed) + kept} registered queue(s) under {prefix!r}")
 
 
 # -- running ---------------------------------------------------------------------------------
@@ -528,10 +765,10 @@ def purge(
 
 @app.command()
 def demo(
-    orders: Annotated[int, typer.Option(min=1, help="Orders to place.")] = 300,
-    consumers: Annotated[int, typer.Option(min=1, help="Consumer threads.")] = 2,
+    orders: Annotated[int, typer.Option(min=1, metavar="N", help="Orders to place.")] = 300,
+    consumers: Annotated[int, typer.Option(min=1, metavar="N", help="Consumer threads.")] = 2,
     spread: Annotated[
-        float, typer.Option(min=0.0, help="Seconds over which orders fall due.")
+        float, typer.Option(min=0.0, metavar="SECONDS", help="Seconds over which orders fall due.")
     ] = 5.0,
     redis: Annotated[
         str | None,
@@ -563,30 +800,48 @@ def worker(
         typer.Argument(metavar="TARGET", help="Handler as module:function.", show_default=False),
     ],
     queue: Annotated[
-        list[str], typer.Option("--queue", "-q", help="Queue to consume (repeatable).")
+        list[str],
+        typer.Option("--queue", "-q", metavar="QUEUE", help="Queue to consume (repeatable)."),
     ],
-    concurrency: Annotated[int, typer.Option(min=1, help="Handlers running at once.")] = 8,
+    concurrency: Annotated[
+        int, typer.Option(min=1, metavar="N", help="Handlers running at once.")
+    ] = 8,
     timeout: Annotated[
-        str | None, typer.Option(help="Abandon (and retry) a handler running this long.")
+        str | None,
+        typer.Option(metavar="DURATION", help="Abandon (and retry) a handler running this long."),
     ] = None,
     visibility_timeout: Annotated[
-        str, typer.Option(help="Lease of a delivered task (kept alive while it runs).")
+        str,
+        typer.Option(
+            metavar="DURATION", help="Lease of a delivered task (kept alive while it runs)."
+        ),
     ] = "30s",
-    max_attempts: Annotated[int, typer.Option(min=1, help="Deliveries before dead.")] = 10,
-    grace: Annotated[str, typer.Option(help="On SIGTERM, wait this long for handlers.")] = "30s",
+    max_attempts: Annotated[
+        int, typer.Option(min=1, metavar="N", help="Deliveries before dead.")
+    ] = 10,
+    grace: Annotated[
+        str, typer.Option(metavar="DURATION", help="On SIGTERM, wait this long for handlers.")
+    ] = "30s",
     prefetch: Annotated[
-        int | None, typer.Option(min=0, help="Tasks fetched ahead (default: the worker's).")
+        int | None,
+        typer.Option(min=0, metavar="N", help="Tasks fetched ahead (default: the worker's)."),
     ] = None,
     health_file: Annotated[
-        str | None, typer.Option(help="File touched while the loop is alive.")
+        str | None, typer.Option(metavar="PATH", help="File touched while the loop is alive.")
     ] = None,
-    codec: Annotated[str, typer.Option(help="json, msgpack or pickle.")] = "json",
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+    codec: Annotated[str, typer.Option(metavar="CODEC", help="json, msgpack or pickle.")] = "json",
+    log_level: Annotated[
+        str, typer.Option(metavar="LEVEL", help="DEBUG, INFO, WARNING, ERROR.")
+    ] = "INFO",
     metrics_port: Annotated[
         int | None,
-        typer.Option(min=0, max=65535, help="Serve Prometheus /metrics on this port."),
+        typer.Option(
+            min=0, max=65535, metavar="PORT", help="Serve Prometheus /metrics on this port."
+        ),
     ] = None,
-    metrics_host: Annotated[str, typer.Option(help="Address for --metrics-port.")] = "127.0.0.1",
+    metrics_host: Annotated[
+        str, typer.Option(metavar="HOST", help="Address for --metrics-port.")
+    ] = "127.0.0.1",
     redis: RedisOpt = DEFAULT_URL,
     prefix: PrefixOpt = "dq",
 ) -> None:
@@ -654,14 +909,18 @@ def worker(
 
 @app.command()
 def exporter(
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port of /metrics.")] = 9808,
-    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, metavar="PORT", help="Port of /metrics.")
+    ] = 9808,
+    host: Annotated[str, typer.Option(metavar="HOST", help="Address to bind.")] = "127.0.0.1",
     queue: Annotated[
         list[str] | None,
-        typer.Option("--queue", "-q", help="Queue to report (repeatable; default: all)."),
+        typer.Option(
+            "--queue", "-q", metavar="QUEUE", help="Queue to report (repeatable; default: all)."
+        ),
     ] = None,
     overdue_after: Annotated[
-        str, typer.Option(help="A due task waiting longer counts as overdue.")
+        str, typer.Option(metavar="DURATION", help="A due task waiting longer counts as overdue.")
     ] = "1s",
     redis: RedisOpt = DEFAULT_URL,
     prefix: PrefixOpt = "dq",
@@ -676,15 +935,22 @@ def exporter(
 
     Session(redis, prefix).close()  # validates --redis and --prefix before starting
     seconds = parse.duration(overdue_after, "--overdue-after")
-    say = lambda line: err.print(line, markup=False, soft_wrap=True)  # noqa: E731
-    metrics_cli.run_exporter(redis, port, host, prefix, queue, seconds, say)
+    # This command is the program: its log lines (a Redis outage, once) go to stderr.
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    metrics_cli.run_exporter(redis, port, host, prefix, queue, seconds, warn)
 
 
 @app.command()
 def dashboard(
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8080,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, metavar="PORT", help="Port to listen on.")
+    ] = 8080,
     host: Annotated[
-        str, typer.Option(help="Address to bind; beyond loopback needs a token.")
+        str, typer.Option(metavar="HOST", help="Address to bind; beyond loopback needs a token.")
     ] = "127.0.0.1",
     token: Annotated[
         str | None,
@@ -738,7 +1004,6 @@ from . import outbox as outbox_cli  # noqa: E402  (relay, outbox: cli/outbox.py)
 
 outbox_cli.register(app)
 
-
 # -- entry point -----------------------------------------------------------------------------
 
 
@@ -746,7 +1011,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     logging.getLogger("delayq").addHandler(logging.NullHandler())  # errors are ours to print
-    command = typer.main.get_command(app)
+    command = helptext.quiet(typer.main.get_command(app))
     try:
         code = command.main(args or ["--help"], prog_name="delayq", standalone_mode=False)
         return code if isinstance(code, int) else 0
@@ -776,7 +1041,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(f"unexpected {type(exc).__name__}: {exc} (DELAYQ_DEBUG=1 for details)", 1)
 
 
+# Anything shaped like a URL in a message (from our own text or a library's).
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S+")
+
+
 def fail(message: str, code: int) -> int:
-    sys.stderr.write(f"error: {' '.join(message.split())}\n")
+    """Print ``message`` as one ``error:`` line: URLs masked (no password, in whatever form)
+    and control characters escaped (the text may quote data from Redis)."""
+    text = _URL.sub(lambda m: safe_url(m.group()), " ".join(message.split()))
+    sys.stderr.write(f"error: {printable(text)}\n")
     sys.stderr.flush()
     return code

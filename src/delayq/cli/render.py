@@ -1,4 +1,15 @@
-"""Output: JSON for scripts, rich tables for people."""
+"""Output: exact JSON for scripts, tables (or plain lines when piped) for people.
+
+Everything shown comes from Redis, where another producer (or an attacker) may have written
+it: queue and counter names, ids, keys, headers, payloads, error texts. In a table it goes
+into a :class:`rich.text.Text`, which rich never parses for markup (no ``[link=...]``, no
+``MarkupError`` on ``[/]``, no ``:emoji:`` codes), after :func:`~delayq._core.text.printable`
+has escaped every control, bidi and lone surrogate character. JSON is written with ASCII
+escapes only (``\\u001b``), so it is exact and still cannot drive a terminal.
+
+Payloads are walked without recursion: a payload nested a thousand deep is valid, and must
+print, not raise ``RecursionError``.
+"""
 
 from __future__ import annotations
 
@@ -6,50 +17,118 @@ import base64
 import dataclasses
 import json
 import sys
+import textwrap
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from rich import box
 from rich.console import Group
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from .._core.errors_text import error_summary
 from .._core.models import DeadTask, Stats, TaskInfo
+from .._core.text import printable
+
+# -- JSON ------------------------------------------------------------------------------------
 
 
-def jsonable(value: Any) -> Any:
-    """``value`` as plain JSON types (datetimes as ISO 8601, bytes as base64)."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value.value if isinstance(value, Enum) else value
+class _Token(str):
+    """Literal JSON text on the walk's stack (punctuation), as opposed to a value to encode."""
+
+    __slots__ = ()
+
+
+def _plain(value: Any) -> Any:
+    """``value`` one step closer to JSON types: datetimes as ISO 8601, bytes as base64,
+    enums as their values, dataclasses and pydantic models as dicts; other unknown types as
+    their repr. Containers are returned as they are (the walk goes into them)."""
+    if isinstance(value, Enum):
+        return value.value
     if isinstance(value, datetime):
         return value.isoformat()
-    if isinstance(value, bytes | bytearray):
+    if isinstance(value, bytes | bytearray | memoryview):
         return {"base64": base64.b64encode(bytes(value)).decode()}
-    if isinstance(value, Enum):
-        return jsonable(value.value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, Sequence | set | frozenset):
-        return [jsonable(v) for v in value]
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     dump = getattr(value, "model_dump", None)  # pydantic payloads
-    if callable(dump):
-        return jsonable(dump(mode="json"))
-    return repr(value)
+    if callable(dump) and not isinstance(value, Mapping):
+        return dump(mode="json")
+    return value
+
+
+def json_tokens(value: Any, *, ascii_only: bool = True) -> Iterator[str]:
+    """The JSON text of ``value`` in pieces, as ``json.dumps`` writes it (same separators;
+    non-string keys as ``str()``), walked with a stack instead of recursion."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is _Token:
+            yield item
+            continue
+        item = _plain(item)
+        if item is None or isinstance(item, bool | int | float | str):
+            yield json.dumps(item, ensure_ascii=ascii_only)
+        elif isinstance(item, Mapping):
+            pending: list[Any] = [_Token("}")]
+            entries = list(item.items())
+            for n, (key, entry) in reversed(list(enumerate(entries))):
+                name = key if isinstance(key, str) else str(_plain(key))
+                pending.append(entry)
+                pending.append(_Token(("" if n == 0 else ", ") + _dumps_str(name, ascii_only)))
+            pending.append(_Token("{"))
+            stack.extend(pending)
+        elif isinstance(item, Sequence | set | frozenset):
+            elements = list(item)
+            pending = [_Token("]")]
+            for n in range(len(elements) - 1, -1, -1):
+                pending.append(elements[n])
+                if n:
+                    pending.append(_Token(", "))
+            pending.append(_Token("["))
+            stack.extend(pending)
+        else:
+            yield json.dumps(repr(item), ensure_ascii=ascii_only)
+
+
+def _dumps_str(name: str, ascii_only: bool) -> str:
+    return json.dumps(name, ensure_ascii=ascii_only) + ": "
+
+
+def to_json(value: Any) -> str:
+    """``value`` as one line of JSON, ASCII only."""
+    return "".join(json_tokens(value))
 
 
 def print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(jsonable(value)) + "\n")
+    sys.stdout.write(to_json(value) + "\n")
     sys.stdout.flush()
 
 
 def stats_json(stats: Stats) -> dict[str, Any]:
-    doc: dict[str, Any] = jsonable(stats)
+    doc = {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)}
     doc["total"] = stats.total
     return doc
+
+
+def preview(value: Any, width: int = 60) -> str:
+    """A payload as one line of JSON, safe to show, cut to ``width`` characters; only as
+    much of the payload is walked as fits."""
+    parts: list[str] = []
+    size = 0
+    for token in json_tokens(value, ascii_only=False):
+        parts.append(token)
+        size += len(token)
+        if size > width:
+            break
+    text = printable("".join(parts))
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# -- times -----------------------------------------------------------------------------------
 
 
 def span(seconds: float) -> str:
@@ -84,116 +163,168 @@ def when(moment: datetime | None) -> str:
     return f"{moment.strftime('%Y-%m-%d %H:%M:%S')}Z ({relative(moment)})"
 
 
-def short(value: Any, width: int = 60) -> str:
-    """A payload as one line of JSON, cut to ``width`` characters."""
-    try:
-        text = json.dumps(jsonable(value), ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
+# -- tables ----------------------------------------------------------------------------------
+
+
+# Tables for 80 columns: a rule under the header, no vertical borders, two spaces between columns.
+COMPACT: dict[str, Any] = {"box": box.SIMPLE_HEAD, "padding": (0, 1, 0, 0), "pad_edge": False}
+
+
+def safe(value: object, *, keep_newlines: bool = False, style: str = "") -> Text:
+    """Text from Redis as a table cell: escaped of controls, never parsed for markup."""
+    return Text(printable(value, keep_newlines=keep_newlines), style=style)
+
+
+def _counters(stats: Stats) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(stats.counters.items())) or "-"
+
+
+def _count(n: int, style: str) -> Text:
+    return Text(str(n), style=style if n else "")
 
 
 def stats_table(rows: Sequence[Stats], title: str | None = None, width: int = 200) -> Group:
-    """The counts table; lifetime counters go in it on wide screens, else in a second one."""
+    """The counts table; lifetime counters go in it on wide screens, else in a second one.
+    A queue name is never cut: at worst it folds onto a second line."""
     wide = width >= 130
-    table = Table(title=title)
-    for name in ("queue", "delayed", "ready", "in-flight", "dead", "overdue"):
-        table.add_column(name, justify="left" if name == "queue" else "right")
-    table.add_column("oldest overdue", justify="right")
-    table.add_column("next due", justify="right")
+    table = Table(title=safe(title) if title else None, **COMPACT)
+    # The name column may fold, never end in an ellipsis (two queues must not look alike);
+    # it takes whatever width the numbers leave.
+    table.add_column("queue", overflow="fold", min_width=16, ratio=1)
+    for name in ("delayed", "ready", "inflight", "dead", "overdue", "oldest due", "next due"):
+        table.add_column(name, justify="right")
     counters = Table(show_edge=False, box=None)
-    counters.add_column("queue", style="bold")
-    counters.add_column("lifetime counters")
+    counters.add_column("queue", style="bold", overflow="fold")
+    counters.add_column("lifetime counters", overflow="fold")
     if wide:
-        table.add_column("counters")
+        table.add_column("counters", overflow="fold")
     for s in rows:
-        cells = [
-            escape(s.queue),
+        cells: list[Text | str] = [
+            safe(s.queue),
             str(s.delayed),
             str(s.ready),
             str(s.inflight),
-            f"[red]{s.dead}[/]" if s.dead else "0",
-            f"[yellow]{s.overdue}[/]" if s.overdue else "0",
+            _count(s.dead, "red"),
+            _count(s.overdue, "yellow"),
             span(s.oldest_overdue_age) if s.oldest_overdue_age > 0 else "-",
             relative(s.next_due_at),
         ]
-        counts = ", ".join(f"{k}={v}" for k, v in sorted(s.counters.items())) or "-"
+        counts = safe(_counters(s))
         table.add_row(*cells, *([counts] if wide else []))
-        counters.add_row(escape(s.queue), counts)
+        counters.add_row(safe(s.queue), counts)
     return Group(table) if wide else Group(table, counters)
+
+
+STATS_COLUMNS = ("queue", "delayed", "ready", "inflight", "dead", "overdue",
+                 "oldest-due", "next-due", "counters")  # fmt: skip
+
+
+def stats_lines(rows: Sequence[Stats]) -> list[str]:
+    """The stats as plain aligned lines, for a pipe: a header, then one line per queue, never
+    cut (``delayq stats | grep orders`` finds the queue)."""
+    table = [list(STATS_COLUMNS)]
+    for s in rows:
+        table.append(
+            [
+                printable(s.queue),
+                str(s.delayed),
+                str(s.ready),
+                str(s.inflight),
+                str(s.dead),
+                str(s.overdue),
+                span(s.oldest_overdue_age) if s.oldest_overdue_age > 0 else "-",
+                relative(s.next_due_at),
+                printable(_counters(s)),
+            ]
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(STATS_COLUMNS) - 1)]
+    lines = []
+    for row in table:
+        cells = [cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
+                 enumerate(zip(row, widths, strict=False))]  # fmt: skip
+        lines.append("  ".join([*cells, row[-1]]))
+    return lines
 
 
 def _time_of(task: TaskInfo) -> datetime | None:
     return task.due_at or task.lease_expires_at or task.dead_at
 
 
-TIME_LABEL = {"delayed": "due", "ready": "due", "inflight": "lease expires", "dead": "died"}
-
-
 def tasks_table(tasks: Sequence[TaskInfo], title: str) -> Table:
-    table = Table(title=title)
-    table.add_column("id", no_wrap=True)
+    table = Table(title=safe(title), **COMPACT)
+    table.add_column("id", overflow="fold")
     table.add_column("state")
     table.add_column("time (due / lease / died)")
     table.add_column("tries", justify="right")
     table.add_column("pri", justify="right")
-    table.add_column("key")
+    table.add_column("key", overflow="fold")
     table.add_column("payload")
     table.add_column("last error")
     for t in tasks:
         table.add_row(
-            escape(t.id),
+            safe(t.id),
             t.state.value,
             when(_time_of(t)),
             str(t.attempts),
             str(t.priority),
-            escape(t.key or "-"),
-            escape(short(t.payload)),
-            escape(t.last_error or "-"),
+            safe(t.key or "-"),
+            safe(preview(t.payload)),
+            safe(error_summary(t.last_error, 200) or "-"),
         )
     return table
 
 
 def task_table(task: TaskInfo) -> Table:
-    table = Table(show_header=False, title=f"task {escape(task.id)}")
+    """One task, every field; the last error in full (a traceback keeps its lines)."""
+    table = Table(show_header=False, title=safe(f"task {task.id}"))
     table.add_column("field", style="bold")
-    table.add_column("value")
-    rows: list[tuple[str, str]] = [
-        ("id", task.id),
-        ("state", task.state.value),
-        ("attempts", str(task.attempts)),
-        ("priority", str(task.priority)),
-        ("key", task.key or "-"),
-        ("headers", ", ".join(f"{k}={v}" for k, v in task.headers.items()) or "-"),
+    table.add_column("value", overflow="fold")
+    headers = ", ".join(f"{k}={v}" for k, v in task.headers.items()) or "-"
+    rows: list[tuple[str, Text]] = [
+        ("id", safe(task.id)),
+        ("state", safe(task.state.value)),
+        ("attempts", safe(task.attempts)),
+        ("priority", safe(task.priority)),
+        ("key", safe(task.key or "-")),
+        ("headers", safe(headers)),
     ]
-    if task.due_at:
-        rows.append(("due", when(task.due_at)))
-    if task.lease_expires_at:
-        rows.append(("lease expires", when(task.lease_expires_at)))
-    if task.dead_at:
-        rows.append(("died", when(task.dead_at)))
-    if task.expires_at:
-        rows.append(("ttl deadline", when(task.expires_at)))
-    rows.append(("last error", task.last_error or "-"))
-    rows.append(("payload", short(task.payload, 2000)))
+    for label, moment in (
+        ("due", task.due_at),
+        ("lease expires", task.lease_expires_at),
+        ("died", task.dead_at),
+        ("ttl deadline", task.expires_at),
+    ):
+        if moment:
+            rows.append((label, safe(when(moment))))
+    rows.append(("last error", safe(task.last_error or "-", keep_newlines=True)))
+    rows.append(("payload", safe(preview(task.payload, 2000))))
     for name, value in rows:
-        table.add_row(name, escape(value))
+        table.add_row(name, value)
     return table
 
 
-def dead_table(tasks: Sequence[DeadTask], title: str) -> Table:
-    table = Table(title=title)
-    table.add_column("id", no_wrap=True)
-    table.add_column("died")
-    table.add_column("tries", justify="right")
-    table.add_column("error")
-    table.add_column("payload")
+def dead_table(tasks: Sequence[DeadTask], title: str, width: int = 80) -> Table:
+    """Dead letters, at most two lines each: the error's last line (type and message, cut to
+    two lines of its column), not its traceback (``delayq get`` shows that)."""
+    id_width = min(max(len(printable(t.id)) for t in tasks), 24)
+    # Beside id, "died" (9), tries (5) and the gaps, two thirds for the error, the rest for
+    # the payload: every column a fixed width, so that nothing wraps beyond two lines.
+    room = max(width - 1 - id_width - 9 - 5 - 2 * 5, 24)
+    error_width = room * 2 // 3
+    table = Table(title=safe(title), **COMPACT)
+    table.add_column("id", overflow="fold", width=id_width)
+    table.add_column("died", no_wrap=True, justify="right", width=9)
+    table.add_column("tries", justify="right", width=5)
+    table.add_column("error", no_wrap=True, width=error_width)
+    table.add_column("payload", no_wrap=True, overflow="ellipsis", width=room - error_width)
     for t in tasks:
+        summary = printable(error_summary(t.error) or "-")
+        lines = textwrap.wrap(summary, error_width, max_lines=2, placeholder=" …") or ["-"]
         table.add_row(
-            escape(t.id),
-            when(t.dead_at),
+            safe(t.id),
+            relative(t.dead_at),
             str(t.attempts),
-            escape(t.error or "-"),
-            escape(short(t.payload)),
+            Text("\n".join(lines)),
+            safe(preview(t.payload)),
         )
     return table
