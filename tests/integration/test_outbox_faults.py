@@ -336,3 +336,18 @@ def test_relay_refuses_bad_options(pg_dsn: str) -> None:
             Relay(pg_dsn, **options)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="DSN"):
         Relay("")
+
+
+def test_an_id_held_by_other_content_goes_dead(
+    outbox: Outbox, orders: DelayQueue, pg_dsn: str, table: str, redis_url: str
+) -> None:
+    orders.offer("the original", 3600, id="order-43")
+    with psycopg.connect(pg_dsn) as conn, conn.transaction():
+        outbox.offer(conn, "orders", "another payload", 3600, id="order-43")
+        fine = outbox.offer(conn, "orders", "fine", 3600)
+    assert Relay(pg_dsn, redis_url, table=table).relay_pending() == 2
+    info = orders.get("order-43")
+    assert info is not None and info.payload == "the original"  # kept unchanged
+    assert orders.get(fine) is not None
+    [dead] = outbox.dead()
+    assert dead.task_id == "order-43" and dead.error and "TaskIdConflict" in dead.error

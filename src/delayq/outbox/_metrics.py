@@ -4,12 +4,13 @@
 - ``delayq_outbox_dead{prefix,queue}``: rows no relay could apply;
 - ``delayq_outbox_lag_seconds{prefix,queue}``: age of the oldest pending row (0 when none),
   on the database's clock: how far the relays are behind;
-- ``delayq_outbox_relayed_total{op}``, ``delayq_outbox_dead_total``: this relay's own work;
+- ``delayq_outbox_relayed_total{op}``, ``delayq_outbox_relay_dead_total``: this relay's work;
 - ``delayq_outbox_relay_last_lag_seconds``: commit to Redis for the last batch it relayed.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,8 @@ class OutboxCollector:
         self._stats = stats
 
     def collect(self) -> Iterator[Any]:
-        core = require_prometheus().core
+        require_prometheus()
+        core = importlib.import_module("prometheus_client.core")
         labels = ["prefix", "queue"]
         pending = core.GaugeMetricFamily(
             "delayq_outbox_pending", "Outbox rows committed and not relayed yet.", labels=labels
@@ -64,7 +66,9 @@ class OutboxCollector:
         relayed.add_metric(["offer"], self._stats.offered)
         relayed.add_metric(["cancel"], self._stats.cancelled)
         relayed.add_metric(["reschedule"], self._stats.rescheduled)
-        buried = core.CounterMetricFamily("delayq_outbox_dead", "Rows this relay marked dead.")
+        buried = core.CounterMetricFamily(
+            "delayq_outbox_relay_dead", "Rows this relay marked dead."
+        )
         buried.add_metric([], self._stats.dead)
         last = core.GaugeMetricFamily(
             "delayq_outbox_relay_last_lag_seconds",

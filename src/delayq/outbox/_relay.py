@@ -37,6 +37,7 @@ _FIRST_BACKOFF_S: Final = 0.05
 APP_NAME: Final = "delayq-relay"  # pg_stat_activity's application_name of a relay's sessions
 # Redis errors that say nothing about the row being applied: wait and try the batch again.
 _REDIS_DOWN: Final = (RedisUnavailable, ServerError)
+_CONFLICT: Final = "the id is held by a task with other content, which is kept unchanged"
 
 
 @dataclass(slots=True)
@@ -296,7 +297,7 @@ class AsyncRelay:
     ) -> None:
         specs = [item.spec for item in run if item.spec is not None]
         try:
-            await _offer_encoded(queue, DedupMode(run[0].dedup), specs)
+            ids = await _offer_encoded(queue, DedupMode(run[0].dedup), specs)
         except ServerError:
             if len(run) == 1:
                 await self._blame_row(queue, run[0], dead)
@@ -304,8 +305,14 @@ class AsyncRelay:
             for item in run:  # find the row Redis refuses; the others go through
                 await self._offer_run(queue, [item], done, dead)
             return
-        done.extend(item.seq for item in run)
-        self.stats.offered += len(run)
+        for item, task_id in zip(run, ids, strict=True):
+            if getattr(task_id, "outcome", None) == "conflict":
+                # As DelayQueue.offer would (TaskIdConflict): the task holding the producer's
+                # chosen id is kept, and the row goes dead to be seen.
+                dead.append((item.seq, f"TaskIdConflict: {_CONFLICT}"))
+            else:
+                done.append(item.seq)
+                self.stats.offered += 1
 
     async def _apply_one(
         self,
@@ -344,7 +351,9 @@ class AsyncRelay:
         dead.append((item.seq, f"Redis refused the {item.op}"))
 
 
-async def _offer_encoded(queue: AsyncDelayQueue, mode: DedupMode, specs: list[OfferSpec]) -> None:
+async def _offer_encoded(
+    queue: AsyncDelayQueue, mode: DedupMode, specs: list[OfferSpec]
+) -> Sequence[str]:
     """Offer tasks encoded when the producer wrote the row, under the producer's ids.
 
     The outbox encoded each payload with the queue's own code inside the producer's
@@ -353,7 +362,7 @@ async def _offer_encoded(queue: AsyncDelayQueue, mode: DedupMode, specs: list[Of
     path below ``offer_many``: ids are never redrawn (``drawn`` False), because the producer
     already returned them.
     """
-    await queue._write_offers(mode, specs, [False] * len(specs))
+    return await queue._write_offers(mode, specs, [False] * len(specs))
 
 
 class Relay:
