@@ -17,8 +17,8 @@ demo: $(STAMP)  ## the order-timeout demo (embedded Redis unless REDIS_URL is se
 	$(BIN)/python -m delayq.demo
 
 test: $(STAMP)  ## lint, types, generated-code check and the test suite on Redis 7 and 6.2
-	$(BIN)/ruff check src tests scripts bench examples
-	$(BIN)/ruff format --check src tests scripts bench examples
+	$(BIN)/ruff check src tests scripts bench examples docs/*.py docs/snippets
+	$(BIN)/ruff format --check src tests scripts bench examples docs/*.py docs/snippets
 	$(BIN)/mypy
 	$(BIN)/python scripts/unasync.py --check
 	$(MAKE) docs
