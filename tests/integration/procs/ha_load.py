@@ -159,10 +159,12 @@ class HaLoad:
         *,
         kind: str = "thread",
         visibility_s: float = 5.0,
+        safety_interval_s: float = 0.5,
     ) -> None:
         self.target, self.ledger_url, self.prefix = target, ledger_url, prefix
         self.queues = ",".join(queues)
         self.kind, self.visibility_s = kind, visibility_s
+        self.safety_interval_s = safety_interval_s
         self.workers: list[Proc] = []
         self.producers: list[Proc] = []
         self.ledger = redis.Redis.from_url(ledger_url)
@@ -172,6 +174,7 @@ class HaLoad:
             worker = Proc(
                 "ha_worker.py", self.target, self.prefix, self.queues, self.ledger_url,
                 "--kind", self.kind, "--visibility", str(self.visibility_s),
+                "--safety", str(self.safety_interval_s),
                 "--max-seconds", str(max_seconds),
             )  # fmt: skip
             self.workers.append(worker)

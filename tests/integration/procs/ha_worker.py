@@ -1,11 +1,11 @@
 """A delayq worker for the failover scenarios, run as a separate process.
 
 Usage: ``python ha_worker.py TARGET PREFIX QUEUES LEDGER_URL [--kind thread|async]
-[--concurrency N] [--visibility S] [--sleep S] [--max-seconds S]``
+[--concurrency N] [--visibility S] [--sleep S] [--safety S] [--max-seconds S]``
 
 ``TARGET`` is read by ha_client.py; ``QUEUES`` is a comma-separated list of queue names, one
 worker each in this process. The handler sleeps ``--sleep`` seconds and then records one JSON
-line ``{"id", "queue", "attempts", "pid", "start_ms", "end_ms"}`` in the list
+line ``{"id", "queue", "attempts", "lateness_ms", "pid", "start_ms", "end_ms"}`` in the list
 ``PREFIX:handled`` of the ledger Redis at ``LEDGER_URL`` (which does not fail over); returning
 acks the task. Handler runs of one task that overlap in time mean two consumers held its lease
 at once.
@@ -45,6 +45,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--visibility", type=float, default=5.0)
     parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--safety", type=float, default=0.5, help="the queue's safety_interval")
     parser.add_argument("--max-seconds", type=float, default=120.0)
     return parser.parse_args()
 
@@ -54,7 +55,7 @@ def queue_options(args: argparse.Namespace) -> dict[str, Any]:
         "prefix": args.prefix,
         "visibility_timeout": args.visibility,
         "retry_backoff": Backoff(base=0.2, max=0.2, jitter=0.0),
-        "safety_interval": 0.5,
+        "safety_interval": args.safety,
         "reconnect_timeout": 2.0,
     }
 
@@ -69,6 +70,7 @@ def record(task: Any, queue: str, started_ms: int) -> str:
             "id": task.id,
             "queue": queue,
             "attempts": task.attempts,
+            "lateness_ms": task.lateness_ms,
             "pid": os.getpid(),
             "start_ms": started_ms,
             "end_ms": now_ms(),
