@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,6 +54,15 @@ def workers(prefix: str) -> Iterator[Callable[..., Harness]]:
     yield make
     for h in made:
         h.close()
+
+
+@pytest.fixture
+def q7(redis7_server: EmbeddedRedis, prefix: str) -> Iterator[DelayQueue]:
+    """The workers' queue (``w``) on the Redis 7 server, for offering and looking: the worker
+    tests are about the worker, not the server version."""
+    q = DelayQueue("w", redis7_server.url, prefix=prefix)
+    yield q
+    q.close()
 
 
 def server_ms(client: redis.Redis) -> int:
@@ -97,26 +109,25 @@ def settled(q: DelayQueue) -> bool:
 @pytest.mark.parametrize("kind", KINDS)
 def test_error_with_a_lone_surrogate_is_retried_then_dead_lettered(
     kind: str,
-    redis_server: EmbeddedRedis,
-    make_queue: Callable[..., DelayQueue],
+    redis7_server: EmbeddedRedis,
+    q7: DelayQueue,
     workers: Callable[..., Harness],
     tmp_path: Path,
 ) -> None:
     """Before: recording the failure raised UnicodeEncodeError and killed a handler slot, the
     task came back after each lease and killed another, healthy tasks stayed in flight."""
-    q = make_queue("w")
     health_file = tmp_path / "health.json"
     h = workers(
-        kind, redis_server.url, poisoned("poison"),
+        kind, redis7_server.url, poisoned("poison"),
         concurrency=2, max_attempts=3, health_file=str(health_file),
     )  # fmt: skip
-    q.offer("poison")
-    q.offer_many([(i, 0) for i in range(20)])
-    wait_until(lambda: handled(h) >= set(range(20)) and q.stats().dead == 1, timeout=15)
-    wait_until(lambda: settled(q), timeout=5)
+    q7.offer("poison")
+    q7.offer_many([(i, 0) for i in range(20)])
+    wait_until(lambda: handled(h) >= set(range(20)) and q7.stats().dead == 1, timeout=15)
+    wait_until(lambda: settled(q7), timeout=5)
 
     assert h.attempts_of("poison") == [1, 2, 3]
-    (dead,) = q.dead()
+    (dead,) = q7.dead()
     assert dead.payload == "poison"
     assert dead.error is not None and "RuntimeError: bad \\udcff file name" in dead.error
     health = h.health()
@@ -130,8 +141,8 @@ def test_error_with_a_lone_surrogate_is_retried_then_dead_lettered(
 @pytest.mark.parametrize("kind", KINDS)
 def test_retry_and_reject_reasons_that_cannot_be_encoded_are_recorded(
     kind: str,
-    redis_server: EmbeddedRedis,
-    make_queue: Callable[..., DelayQueue],
+    redis7_server: EmbeddedRedis,
+    q7: DelayQueue,
     workers: Callable[..., Harness],
 ) -> None:
     """Retry and Reject reasons go to Redis as the task's last error: escaped, not fatal."""
@@ -144,14 +155,13 @@ def test_retry_and_reject_reasons_that_cannot_be_encoded_are_recorded(
             return Step(error=Reject("no \udcfe"))
         return Step()
 
-    q = make_queue("w")
-    h = workers(kind, redis_server.url, behave)
-    retried, rejected = q.offer("retry"), q.offer("reject")
-    wait_until(lambda: q.stats().dead == 1 and h.attempts_of("retry") == [1, 2], timeout=10)
-    wait_until(lambda: settled(q), timeout=5)
-    (dead,) = q.dead()
+    h = workers(kind, redis7_server.url, behave)
+    retried, rejected = q7.offer("retry"), q7.offer("reject")
+    wait_until(lambda: q7.stats().dead == 1 and h.attempts_of("retry") == [1, 2], timeout=10)
+    wait_until(lambda: settled(q7), timeout=5)
+    (dead,) = q7.dead()
     assert dead.id == rejected and dead.error == "rejected: no \\udcfe"
-    assert q.get(retried) is None  # done on the second attempt
+    assert q7.get(retried) is None  # done on the second attempt
     assert h.health().internal_errors == 0
 
 
@@ -247,19 +257,18 @@ class FlakyMetrics(NoopMetrics):
 @pytest.mark.parametrize("kind", KINDS)
 def test_fetch_loop_that_dies_is_restarted(
     kind: str,
-    redis_server: EmbeddedRedis,
-    make_queue: Callable[..., DelayQueue],
+    redis7_server: EmbeddedRedis,
+    q7: DelayQueue,
     workers: Callable[..., Harness],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Before: the fetch thread (or task) ended and the worker consumed nothing more."""
     caplog.set_level(logging.ERROR, logger="delayq.worker")
     recorder = FlakyMetrics(fail_times=2)
-    q = make_queue("w")
-    h = workers(kind, redis_server.url, lambda task: Step(), metrics=recorder)
+    h = workers(kind, redis7_server.url, lambda task: Step(), metrics=recorder)
     recorder.failing.set()
     wait_until(lambda: not recorder.failing.is_set(), timeout=5)
-    q.offer_many([(i, 0) for i in range(10)])
+    q7.offer_many([(i, 0) for i in range(10)])
     wait_until(lambda: handled(h) >= set(range(10)), timeout=10)
     health = h.health()
     assert health.alive and health.loop_restarts == 2 and health.internal_errors == 2
@@ -271,15 +280,15 @@ def test_fetch_loop_that_dies_is_restarted(
 @pytest.mark.parametrize("kind", KINDS)
 def test_loop_that_keeps_dying_makes_health_false_and_run_fail(
     kind: str,
-    redis_server: EmbeddedRedis,
-    make_queue: Callable[..., DelayQueue],
+    redis7_server: EmbeddedRedis,
+    q7: DelayQueue,
     workers: Callable[..., Harness],
     tmp_path: Path,
 ) -> None:
     recorder = FlakyMetrics()
     health_file = tmp_path / "health.json"
     h = workers(
-        kind, redis_server.url, lambda task: Step(), metrics=recorder, health_file=str(health_file)
+        kind, redis7_server.url, lambda task: Step(), metrics=recorder, health_file=str(health_file)
     )
     recorder.failing.set()  # for good: the restarts cannot help
     assert h._thread is not None
@@ -297,8 +306,8 @@ def test_loop_that_keeps_dying_makes_health_false_and_run_fail(
 @pytest.mark.parametrize("kind", KINDS)
 def test_ack_loop_that_dies_is_restarted_and_nothing_is_lost(
     kind: str,
-    redis_server: EmbeddedRedis,
-    make_queue: Callable[..., DelayQueue],
+    redis7_server: EmbeddedRedis,
+    q7: DelayQueue,
     workers: Callable[..., Harness],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -312,11 +321,10 @@ def test_ack_loop_that_dies_is_restarted_and_nothing_is_lost(
             raise RuntimeError("ack machinery broke")
         return original(self)
 
-    q = make_queue("w")
-    h = workers(kind, redis_server.url, lambda task: Step())
+    h = workers(kind, redis7_server.url, lambda task: Step())
     monkeypatch.setattr(worker_class, "_flush_acks", fail_once)
-    q.offer_many([(i, 0) for i in range(10)])
-    wait_until(lambda: settled(q), timeout=10)
+    q7.offer_many([(i, 0) for i in range(10)])
+    wait_until(lambda: settled(q7), timeout=10)
     assert broken.is_set()
     assert sorted(c.payload for c in h.calls) == list(range(10))  # acked once, none again
     health = h.health()
@@ -326,8 +334,8 @@ def test_ack_loop_that_dies_is_restarted_and_nothing_is_lost(
 @pytest.mark.parametrize("kind", KINDS)
 def test_internal_error_on_a_task_is_logged_once_counted_and_the_task_retried(
     kind: str,
-    redis_server: EmbeddedRedis,
-    make_queue: Callable[..., DelayQueue],
+    redis7_server: EmbeddedRedis,
+    q7: DelayQueue,
     workers: Callable[..., Harness],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -346,12 +354,11 @@ def test_internal_error_on_a_task_is_logged_once_counted_and_the_task_retried(
             super().task_done(queue, task, outcome, duration_s)
 
     metrics = BrokenOnce(registry)
-    q = make_queue("w")
-    h = workers(kind, redis_server.url, lambda task: Step(), concurrency=1, metrics=metrics)
-    unlucky = q.offer("unlucky")
+    h = workers(kind, redis7_server.url, lambda task: Step(), concurrency=1, metrics=metrics)
+    unlucky = q7.offer("unlucky")
     wait_until(lambda: h.attempts_of("unlucky") == [1], timeout=5)
-    q.offer_many([(i, 0) for i in range(5)])
-    wait_until(lambda: handled(h) >= set(range(5)) and settled(q), timeout=10)
+    q7.offer_many([(i, 0) for i in range(5)])
+    wait_until(lambda: handled(h) >= set(range(5)) and settled(q7), timeout=10)
     health = h.health()
     assert health.internal_errors == 1 and health.loop_restarts == 0 and health.alive
     # The ack was already on its way when the recorder broke: the task is not run again.
@@ -367,8 +374,8 @@ def test_internal_error_on_a_task_is_logged_once_counted_and_the_task_retried(
 @pytest.mark.parametrize("kind", KINDS)
 def test_internal_error_before_the_verdict_retries_the_task(
     kind: str,
-    redis_server: EmbeddedRedis,
-    make_queue: Callable[..., DelayQueue],
+    redis7_server: EmbeddedRedis,
+    q7: DelayQueue,
     workers: Callable[..., Harness],
 ) -> None:
     """A fault before the verdict went to Redis: the task is retried at once with the fault as
@@ -379,15 +386,58 @@ def test_internal_error_before_the_verdict_retries_the_task(
         raise RuntimeError("handler_started broke")
 
     recorder.handler_started = start  # type: ignore[method-assign]
-    q = make_queue("w")
-    workers(kind, redis_server.url, lambda task: Step(), metrics=recorder, max_attempts=2)
-    task_id = q.offer("doomed")
-    wait_until(lambda: q.stats().dead == 1, timeout=10)
-    (dead,) = q.dead()
+    workers(kind, redis7_server.url, lambda task: Step(), metrics=recorder, max_attempts=2)
+    task_id = q7.offer("doomed")
+    wait_until(lambda: q7.stats().dead == 1, timeout=10)
+    (dead,) = q7.dead()
     assert dead.id == task_id and dead.attempts == 2
     assert dead.error is not None and "delayq worker internal error" in dead.error
     assert "handler_started broke" in dead.error
     assert recorder.internal == [("w", "run")] * 2
+
+
+BROKEN_ACKS = """
+from delayq._workers.async_worker import AsyncWorker
+from delayq._workers.thread_worker import Worker
+
+
+def _broken(self):
+    raise RuntimeError("ack machinery broke")
+
+
+Worker._flush_acks = _broken
+AsyncWorker._flush_acks = _broken
+
+
+def handle(task):
+    pass
+
+
+async def handle_async(task):
+    pass
+"""
+
+
+@pytest.mark.parametrize("target", ["handle", "handle_async"], ids=KINDS)
+def test_worker_command_exits_non_zero_when_a_loop_keeps_dying(
+    target: str, redis7_server: EmbeddedRedis, prefix: str, tmp_path: Path
+) -> None:
+    """``delayq worker`` as a supervisor runs it: a worker that cannot keep its ack loop
+    going stops by itself, says why on one line, and exits 1 (before: it ran on, unacked)."""
+    (tmp_path / "broken_acks.py").write_text(BROKEN_ACKS)
+    with DelayQueue("w", redis7_server.url, prefix=prefix) as q:
+        q.offer("done, never acked")  # the asyncio ack loop turns only when a task is done
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    env.pop("REDIS_URL", None)
+    argv = [
+        sys.executable, "-m", "delayq.cli", "worker", f"broken_acks:{target}", "-q", "w",
+        "--redis", redis7_server.url, "--prefix", prefix,
+    ]  # fmt: skip
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: delayq worker stopped: the ack loop died 5 times"), last
+    assert "ack machinery broke" in last
 
 
 # -- hostile text in log lines --------------------------------------------------------------------
@@ -396,8 +446,8 @@ def test_internal_error_before_the_verdict_retries_the_task(
 @pytest.mark.parametrize("kind", KINDS)
 def test_log_lines_escape_ansi_bidi_and_surrogates_from_task_data(
     kind: str,
-    redis_server: EmbeddedRedis,
-    make_queue: Callable[..., DelayQueue],
+    redis7_server: EmbeddedRedis,
+    q7: DelayQueue,
     workers: Callable[..., Harness],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -407,10 +457,9 @@ def test_log_lines_escape_ansi_bidi_and_surrogates_from_task_data(
     def behave(task: Any) -> Step:
         return Step(error=RuntimeError(hostile)) if task.payload == "hostile" else Step()
 
-    q = make_queue("w")
-    workers(kind, redis_server.url, behave, max_attempts=2)
-    task_id = q.offer("hostile", id="id\x1b[2J\u2066")
-    wait_until(lambda: q.stats().dead == 1, timeout=10)
+    workers(kind, redis7_server.url, behave, max_attempts=2)
+    task_id = q7.offer("hostile", id="id\x1b[2J\u2066")
+    wait_until(lambda: q7.stats().dead == 1, timeout=10)
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("delayq")]
     mentions = [line for line in lines if "\\x1b[2J\\u2066" in line]
     assert len(mentions) >= 2  # the retry and the dead-letter lines name the task, escaped
@@ -419,7 +468,7 @@ def test_log_lines_escape_ansi_bidi_and_surrogates_from_task_data(
     for line in lines:
         assert not CONTROL.search(line), line
         line.encode("utf-8")  # no lone surrogates either
-    (dead,) = q.dead()
+    (dead,) = q7.dead()
     assert dead.id == task_id  # the stored id is the caller's, unchanged
 
 
@@ -428,23 +477,16 @@ def test_log_lines_escape_ansi_bidi_and_surrogates_from_task_data(
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_one_poisonous_task_among_1000_loses_none_and_stalls_nothing(
-    kind: str,
-    redis7_server: EmbeddedRedis,
-    prefix: str,
-    workers: Callable[..., Harness],
+    kind: str, redis7_server: EmbeddedRedis, q7: DelayQueue, workers: Callable[..., Harness]
 ) -> None:
     """The timings against a run without the poison are bench/poison.py's."""
-    q = DelayQueue("w", redis7_server.url, prefix=prefix)
-    try:
-        q.offer("poison")
-        q.offer_many([(i, 0) for i in range(1000)])
-        h = workers(kind, redis7_server.url, poisoned("poison"), concurrency=8, max_attempts=3)
-        wait_until(lambda: handled(h) >= set(range(1000)), timeout=30)
-        wait_until(lambda: settled(q) and q.stats().dead == 1, timeout=10)
-        healthy = [c.payload for c in h.calls if c.payload != "poison"]
-        assert sorted(healthy) == list(range(1000))  # each once: none lost, none repeated
-        assert h.attempts_of("poison") == [1, 2, 3]
-        health = h.health()
-        assert health.alive and (health.succeeded, health.dead) == (1000, 1)
-    finally:
-        q.close()
+    q7.offer("poison")
+    q7.offer_many([(i, 0) for i in range(1000)])
+    h = workers(kind, redis7_server.url, poisoned("poison"), concurrency=8, max_attempts=3)
+    wait_until(lambda: handled(h) >= set(range(1000)), timeout=30)
+    wait_until(lambda: settled(q7) and q7.stats().dead == 1, timeout=10)
+    healthy = [c.payload for c in h.calls if c.payload != "poison"]
+    assert sorted(healthy) == list(range(1000))  # each once: none lost, none repeated
+    assert h.attempts_of("poison") == [1, 2, 3]
+    health = h.health()
+    assert health.alive and (health.succeeded, health.dead) == (1000, 1)

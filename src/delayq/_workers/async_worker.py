@@ -119,15 +119,19 @@ class AsyncWorker(WorkerBase):
             await self._stopping.wait()
         finally:
             self._state = "stopping"
-            await self._shutdown(fetchers, runners, buffers)
+            try:
+                await self._shutdown(fetchers, runners, buffers)
+            except Exception as exc:  # the rest of the shutdown must happen all the same
+                self._internal_error("shutdown", "", None, exc)
             for task in helpers:
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
-            await self._flush_acks()
+            await self._last_acks()
             for sig in installed:
                 loop.remove_signal_handler(sig)
             self._state = "stopped"
-            self._metrics.worker_stopped([q.name for q in self._queues])
+            with contextlib.suppress(Exception):  # a broken recorder must not stop a stop
+                self._metrics.worker_stopped([q.name for q in self._queues])
             self._write_health()
             log.info("delayq worker stopped: processed=%d", self._counters.processed)
         self._supervisor.raise_if_failed()
@@ -326,6 +330,13 @@ class AsyncWorker(WorkerBase):
                         "delayq worker: lease on %s lost before its ack", printable(task.id)
                     )
 
+    async def _last_acks(self) -> None:
+        """Flush the acks during the shutdown, which goes on whatever fails here."""
+        try:
+            await self._flush_acks()
+        except Exception as exc:  # the tasks not acked come back after their lease
+            self._internal_error("shutdown acks", "", None, exc)
+
     async def _ack_alone(self, queue: AsyncDelayQueue, task: AsyncTask) -> bool | None:
         """Ack one task; None if even that fails (its lease expires and it comes back)."""
         try:
@@ -385,7 +396,7 @@ class AsyncWorker(WorkerBase):
             for task in pending:
                 task.cancel()
         await asyncio.gather(*runners, return_exceptions=True)
-        await self._flush_acks()
+        await self._last_acks()
         # Still held: handlers cut off by the grace period. Hand them back now.
         for (index, _), held in list(self._held.items()):
             if held not in self._done[index]:

@@ -126,8 +126,12 @@ def call_hook(log: logging.Logger, hook: Callable[..., Any] | None, *args: Any) 
         return
     try:
         hook(*args)
-    except Exception:  # whatever the hook raised, the worker goes on
-        log.exception("delayq worker: hook %r failed", hook)
+    except Exception as exc:  # whatever the hook raised, the worker goes on
+        log.error(  # its text may carry task data: escaped, like every line of ours
+            "delayq worker: hook %s failed: %s\n%s",
+            printable(getattr(hook, "__qualname__", type(hook).__qualname__)),
+            printable(_summary(exc)), printable(describe(exc), keep_newlines=True),
+        )  # fmt: skip
 
 
 def health_of(
@@ -334,12 +338,14 @@ class WorkerBase:
 
     def _internal_error(self, where: str, queue: str, task_id: object, exc: BaseException) -> None:
         """Log (once, with the task id), count and meter a failure of the worker's own code
-        while it handled one task; the caller then retries the task or leaves it to its lease."""
+        while it handled one task (``task_id`` None: while it shut down); the caller then
+        retries the task or leaves it to its lease."""
         self._counters.internal_errors += 1
         with contextlib.suppress(Exception):  # a broken recorder must not add an error
             self._metrics.internal_error(queue, where)
+        subject = "" if task_id is None else f" on task {printable(task_id)} of {queue}"
         log.error(
-            "delayq worker: internal error (%s) on task %s of %s: %s\n%s",
-            where, printable(task_id), queue, printable(_summary(exc)),
+            "delayq worker: internal error (%s)%s: %s\n%s",
+            where, subject, printable(_summary(exc)),
             printable(describe(exc), keep_newlines=True),
         )  # fmt: skip

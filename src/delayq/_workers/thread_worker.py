@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue as queue_lib
@@ -126,16 +127,20 @@ class Worker(WorkerBase):
                 pass
         finally:
             self._state = "stopping"
-            self._shutdown(fetchers)
+            try:
+                self._shutdown(fetchers)
+            except Exception as exc:  # the rest of the shutdown must happen all the same
+                self._internal_error("shutdown", "", None, exc)
             self._finished.set()
             self._ack_ready.set()
             for thread in helpers:
                 thread.join(5)
-            self._flush_acks()
+            self._last_acks()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self._state = "stopped"
-            self._metrics.worker_stopped([q.name for q in self._queues])
+            with contextlib.suppress(Exception):  # a broken recorder must not stop a stop
+                self._metrics.worker_stopped([q.name for q in self._queues])
             self._write_health()
             log.info("delayq worker stopped: processed=%d", self._counters.processed)
         self._supervisor.raise_if_failed()
@@ -353,6 +358,13 @@ class Worker(WorkerBase):
                         "delayq worker: lease on %s lost before its ack", printable(task.id)
                     )
 
+    def _last_acks(self) -> None:
+        """Flush the acks during the shutdown, which goes on whatever fails here."""
+        try:
+            self._flush_acks()
+        except Exception as exc:  # the tasks not acked come back after their lease
+            self._internal_error("shutdown acks", "", None, exc)
+
     def _ack_alone(self, queue: DelayQueue, task: Task) -> bool | None:
         """Ack one task; None if even that fails (its lease expires and it comes back)."""
         try:
@@ -446,7 +458,7 @@ class Worker(WorkerBase):
             runners = list(self._runners)
         for thread in runners:
             thread.join(max(0.0, deadline - time.monotonic()))
-        self._flush_acks()
+        self._last_acks()
         # Handlers cut off by the grace period: their tasks go back now, not after the lease.
         with self._lock:
             cut_off = [run for run in self._running.values() if not run.finished]
