@@ -96,3 +96,24 @@ def test_metrics_endpoint(pg_dsn: str, table: str, prefix: str) -> None:
     assert "delayq_outbox_lag_seconds{" in body
     assert 'delayq_outbox_relayed_total{op="offer"} 7.0' in body
     assert "delayq_outbox_relay_dead_total 1.0" in body
+
+
+def test_stats_shows_the_outbox(
+    pg_dsn: str, prefix: str, orders: DelayQueue, redis_url: str
+) -> None:
+    outbox = Outbox(pg_dsn, prefix=prefix)  # the default table, which --outbox reads
+    outbox.install()
+    try:
+        orders.offer("direct", 60)
+        offer_committed(outbox, pg_dsn, 2)
+        args = ("stats", "orders", "--redis", redis_url, "--prefix", prefix, "--outbox", pg_dsn)
+        shown = delayq(*args)
+        assert shown.returncode == 0, shown.stderr
+        assert "outbox: 2 pending, 0 dead" in shown.stdout
+        assert f"{prefix}:orders  pending 2" in shown.stdout
+        lines = delayq(*args, "--json").stdout.splitlines()
+        assert json.loads(lines[-1])["outbox"]["pending"] == 2
+        assert json.loads(lines[0])[0]["queue"] == "orders"
+    finally:
+        with psycopg.connect(pg_dsn) as conn:
+            conn.execute("DROP TABLE delayq_outbox")

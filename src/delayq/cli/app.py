@@ -38,6 +38,7 @@ from .._core.urls import safe_url
 from .._sync import backend, runner
 from ..exceptions import ConfigError
 from . import helptext, parse, render
+from . import outbox as outbox_cli
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 CALL_TIMEOUT = 3.0  # seconds a command keeps retrying an unreachable Redis
@@ -419,6 +420,7 @@ def stats(
     redis: RedisOpt = DEFAULT_URL,
     prefix: PrefixOpt = "dq",
     json: JsonOpt = False,
+    outbox: outbox_cli.StatsOutboxOpt = None,
 ) -> None:
     """Counts per state, overdue tasks and lifetime counters (a table, or --json).
 
@@ -469,6 +471,7 @@ def stats(
                 out.print(show(rows))
             else:
                 plain(rows, titled=False)
+            outbox_cli.stats_hook(outbox, json=json)
             return
         try:
             if json or not out.is_terminal:
@@ -1000,9 +1003,7 @@ def dashboard(
     web.serve(settings, host, port, forwarded_allow_ips=forwarded_allow_ips)
 
 
-from . import outbox as outbox_cli  # noqa: E402  (relay, outbox: cli/outbox.py)
-
-outbox_cli.register(app)
+outbox_cli.register(app)  # delayq relay, delayq outbox ... (cli/outbox.py)
 
 # -- entry point -----------------------------------------------------------------------------
 

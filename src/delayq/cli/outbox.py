@@ -284,3 +284,29 @@ def register(app: typer.Typer) -> None:
     """Add ``relay`` and the ``outbox`` group to the ``delayq`` command."""
     app.command("relay")(relay)
     app.add_typer(outbox_app, name="outbox")
+
+
+StatsOutboxOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--outbox",
+        envvar="DELAYQ_OUTBOX_DSN",
+        metavar="DSN",
+        help="Also show the PostgreSQL outbox's backlog (table delayq_outbox); env "
+        "DELAYQ_OUTBOX_DSN.",
+        show_envvar=False,
+    ),
+]
+
+
+def stats_hook(dsn: str | None, *, json: bool) -> None:
+    """What ``delayq stats --outbox DSN`` adds after the queues: the outbox's status lines
+    (with --json, one more JSON line: ``{"outbox": {...}}``)."""
+    if not dsn:
+        return
+    st = _run_db(_outbox(dsn, "delayq_outbox", None).status)
+    if json:
+        _say(jsonlib.dumps({"outbox": _status_json(st)}))
+    else:
+        for line in status_lines(st):
+            _say(line)

@@ -9,6 +9,7 @@ committed (the ``postgres`` extra: ``pip install 'delayq[postgres]'``; docs/outb
 
 from __future__ import annotations
 
+from ._metrics import OutboxCollector
 from ._outbox import AsyncOutbox, DeadRow, Outbox, OutboxStatus, QueueBacklog
 from ._relay import AsyncRelay, Relay, RelayStats
 from ._rows import QueueFormat
@@ -18,6 +19,7 @@ __all__ = [
     "AsyncRelay",
     "DeadRow",
     "Outbox",
+    "OutboxCollector",
     "OutboxStatus",
     "QueueBacklog",
     "QueueFormat",
