@@ -201,10 +201,10 @@ class LoopSupervisor:
     _deaths: dict[str, list[float]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)  # thread loops die together
 
-    def died(self, loop: str, exc: BaseException) -> float | None:
-        """Record that ``loop`` raised ``exc``; the seconds to wait before starting it again,
-        or None if it died too often and the worker must stop."""
-        now = time.monotonic()
+    def died(self, loop: str, exc: BaseException, now: float | None = None) -> float | None:
+        """Record that ``loop`` raised ``exc`` (at monotonic ``now``); the seconds to wait
+        before starting it again, or None if it died too often and the worker must stop."""
+        now = time.monotonic() if now is None else now
         with self._lock:
             deaths = [t for t in self._deaths.get(loop, []) if now - t < self.policy.window_s]
             deaths.append(now)
