@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "src" / "delayq"
-FILES = ["queue.py", "runner.py"]
+FILES = ["queue.py", "runner.py", "sharded.py"]
 HEADER = "# Generated from _async/{name} by scripts/unasync.py: do not edit.\n"
 
 SUBS = [
     (r"\bAsyncDelayQueue\b", "DelayQueue"),
+    (r"\bAsyncShardedQueue\b", "ShardedQueue"),
     (r"\bAsyncTask\b", "Task"),
     (r"\bAsyncWorker\b", "Worker"),
     (r"\basync def\b", "def"),

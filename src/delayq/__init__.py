@@ -3,11 +3,13 @@
 import logging as _logging
 
 from ._async.queue import AsyncDelayQueue, AsyncTask
+from ._async.sharded import AsyncShardedQueue
 from ._core.durability import Durability
 from ._core.handling import Reject, Retry, WorkerHealth
 from ._core.models import Backoff, DeadTask, DedupMode, Stats, TaskInfo, TaskState
 from ._core.offers import Offer, OfferOutcome, TaskId
 from ._sync.queue import DelayQueue, Task
+from ._sync.sharded import ShardedQueue
 from ._workers.async_worker import AsyncWorker
 from ._workers.common import Hooks
 from ._workers.thread_worker import Worker
@@ -37,6 +39,7 @@ _logging.getLogger("delayq").addHandler(_logging.NullHandler())
 
 __all__ = [
     "AsyncDelayQueue",
+    "AsyncShardedQueue",
     "AsyncTask",
     "AsyncWorker",
     "Backoff",
@@ -61,6 +64,7 @@ __all__ = [
     "Reject",
     "Retry",
     "ServerError",
+    "ShardedQueue",
     "Stats",
     "Task",
     "TaskId",

@@ -602,40 +602,40 @@ def test_stop_does_not_wait_for_an_abandoned_handler(
 
 
 class _SlowReplies:
-    """Wraps a client's ``evalsha``: replies of script ``op`` arrive 0.5 s after the server ran
-    it (a slow network), and ``replied`` is set while such a reply is on its way. FETCH replies
-    are slowed only when they lease tasks."""
+    """Wraps a client's ``execute_command``: replies of script ``op`` arrive 0.5 s after the
+    server ran it (a slow network), and ``replied`` is set while such a reply is on its way.
+    FETCH replies are slowed only when they lease tasks."""
 
     def __init__(self, client: Any, is_async: bool, op: Op = Op.FETCH) -> None:
         self.replied = threading.Event()
         sha = script(op).sha
-        original = client.evalsha
+        original = client.execute_command
 
-        def slowed(called: str, reply: Any) -> bool:
-            if called != sha:
+        def slowed(args: tuple[Any, ...], reply: Any) -> bool:
+            if args[:2] != ("EVALSHA", sha):
                 return False
             return op is not Op.FETCH or (bool(reply) and bool(reply[1]))
 
         if is_async:
 
-            async def slow_async(called: str, *args: Any) -> Any:
-                reply = await original(called, *args)
-                if slowed(called, reply):
+            async def slow_async(*args: Any, **options: Any) -> Any:
+                reply = await original(*args, **options)
+                if slowed(args, reply):
                     self.replied.set()
                     await asyncio.sleep(0.5)
                 return reply
 
-            client.evalsha = slow_async
+            client.execute_command = slow_async
         else:
 
-            def slow_sync(called: str, *args: Any) -> Any:
-                reply = original(called, *args)
-                if slowed(called, reply):
+            def slow_sync(*args: Any, **options: Any) -> Any:
+                reply = original(*args, **options)
+                if slowed(args, reply):
                     self.replied.set()
                     time.sleep(0.5)
                 return reply
 
-            client.evalsha = slow_sync
+            client.execute_command = slow_sync
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -181,6 +182,28 @@ async def disconnect(conn: Any) -> None:
         await conn.disconnect()
 
 
+class Bell:
+    """Wakes a waiter on news from any of several notifiers (a sharded queue's shards)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def ring(self) -> None:
+        event, self._event = self._event, asyncio.Event()
+        event.set()
+
+    async def wait(self, changed: Callable[[], bool], timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for ``changed()``; its last value."""
+        deadline = time.monotonic() + timeout
+        while not changed():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._event.wait(), remaining)
+        return True
+
+
 class Notifier:
     """Listens on the queue's channel and wakes waiting consumers.
 
@@ -188,9 +211,10 @@ class Notifier:
     listener wakes everybody with an unknown time, so waiters look at Redis again.
     """
 
-    def __init__(self, client: Any, channel: str) -> None:
+    def __init__(self, client: Any, channel: str, bell: Bell | None = None) -> None:
         self._client = client
         self._channel = channel
+        self._bell = bell
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
         self._changed = asyncio.Event()
@@ -207,6 +231,10 @@ class Notifier:
     def mark(self) -> int:
         return self._log.generation
 
+    def news(self, mark: int) -> tuple[int, int | None]:
+        """(new mark, earliest due ms announced after ``mark``, None if unknown), now."""
+        return self._log.news_since(mark)
+
     async def wait(self, mark: int, timeout: float) -> tuple[int, int | None] | None:
         """Wait for news after ``mark``: (new mark, earliest announced due ms, None if
         unknown), or None on timeout."""
@@ -222,6 +250,8 @@ class Notifier:
         self._log.push(due_ms)
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
+        if self._bell is not None:
+            self._bell.ring()
 
     async def _listen(self) -> None:
         backoff = 0.05

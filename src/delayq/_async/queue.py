@@ -13,7 +13,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Generic, NamedTuple, cast
 
-from .._core import protocol
+from .._core import protocol, sharding
 from .._core.codecs import PayloadT, PayloadType, check_codec
 from .._core.durability import Durability
 from .._core.envelope import EnvelopeCodec
@@ -157,7 +157,19 @@ class AsyncDelayQueue(Generic[PayloadT]):
         durability: a :class:`Durability`: after each offer (and ack, if it says so) wait
             until that many replicas (or append-only files) confirm the write, on the
             connection that made it; None (default) answers as soon as the master has it.
+        shards: spread the queue over this many sub-queues, each under its own hash tag (so
+            on its own cluster slot, spread over the masters); None for one. Opening a queue
+            with another count than Redis recorded for it is a :class:`ConfigError`.
     """
+
+    # The sharded front end (``sharded.py``) registers itself here: a queue made with
+    # ``shards=N`` is one of those, without this module importing the layer above it.
+    _sharded_class: type | None = None
+
+    def __new__(cls, *args: Any, shards: int | None = None, **options: Any) -> Any:
+        if shards is not None and cls is AsyncDelayQueue and cls._sharded_class is not None:
+            return object.__new__(cls._sharded_class)
+        return object.__new__(cls)
 
     def __init__(
         self,
@@ -177,7 +189,10 @@ class AsyncDelayQueue(Generic[PayloadT]):
         overdue_after: Duration = 1.0,
         prefix: str = "dq",
         durability: Durability | None = None,
+        shards: int | None = None,
     ) -> None:
+        if shards is not None and type(self) is AsyncDelayQueue:
+            raise ConfigError("shards= needs the sharded front end (import delayq)")
         self._keys = QueueKeys(prefix, name)
         self._key_list = self._keys.all
         self._offer_one_keys = self._keys.offer_one
@@ -212,6 +227,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         if durability is not None and not isinstance(durability, Durability):
             raise ConfigError(f"durability must be a Durability, got {durability!r}")
         self._durability = durability
+        self._owns_runner = not isinstance(redis, runner.Runner)
         self._runner = runner.connect(
             redis,
             f"delayq:{name}",
@@ -245,7 +261,8 @@ class AsyncDelayQueue(Generic[PayloadT]):
             return
         self._closed = True
         await self._notifier.close()
-        await self._runner.close()
+        if self._owns_runner:
+            await self._runner.close()
 
     async def __aenter__(self) -> AsyncDelayQueue[PayloadT]:
         return self
@@ -379,6 +396,15 @@ class AsyncDelayQueue(Generic[PayloadT]):
                         "Durability(aof=True) needs WAITAOF (Redis 7.2+ or Valkey 8) and "
                         f"appendonly yes; {self._runner.where} refused it: {exc}"
                     ) from exc
+            counts = sharding.shards_key(self._keys.prefix)
+            recorded = sharding.recorded_count(
+                await self._runner.command("HGET", counts, self.name)
+            )
+            if recorded is not None:
+                raise ConfigError(
+                    f"queue {self.name!r} is sharded in Redis ({recorded} shards): "
+                    f"open it with shards={recorded}"
+                )
             await self._runner.command("SADD", self._keys.registry, self.name)
             self._registered = True
 
@@ -608,6 +634,25 @@ class AsyncDelayQueue(Generic[PayloadT]):
                 self._quiet = _Quiet(mark, wake_at, fetched_at, result)
                 return []
             self._quiet = None
+
+    def _quiet_until(self) -> float | None:
+        """When this queue must next be looked at (monotonic), from its last empty look and
+        the announcements since; None: look now."""
+        quiet = self._quiet
+        if quiet is None:
+            return None
+        if self._notifier.mark() != quiet.mark:
+            mark, due_ms = self._notifier.news(quiet.mark)
+            if due_ms is None:
+                self._quiet = None
+                return None
+            wake_at = min(quiet.wake_at, quiet.fetched_at + quiet.result.seconds_until(due_ms))
+            quiet = self._quiet = quiet._replace(mark=mark, wake_at=wake_at)
+        return quiet.wake_at
+
+    def _ring(self, bell: backend.Bell) -> None:
+        """Let ``bell`` wake a waiter on news from this queue's channel (before it listens)."""
+        self._notifier = backend.Notifier(self._runner.client, self._keys.channel, bell)
 
     async def _accept(self, result: FetchResult) -> list[AsyncTask[PayloadT]]:
         tasks = []

@@ -78,6 +78,8 @@ def connect(
     and left open. ``label`` names the caller in log lines (a queue's name); ``wait_s`` is
     the longest ``WAIT`` its calls send, which the socket timeout must outlast.
     """
+    if isinstance(redis, Runner):
+        return redis  # shared, e.g. by the shards of a sharded queue: its maker closes it
     if redis is None or isinstance(redis, str):
         url = redis or default_url()
         target = parse_url(url)

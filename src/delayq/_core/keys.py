@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from ..exceptions import ConfigError
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,199}")
+# A sharded queue's sub-queues add "~<shard>.<salt>" to its name (see sharding.shard_names).
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,199}(~[0-9]{1,4}\.[0-9]{1,9})?")
 _PREFIX = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 
 # Order matters: every Lua script unpacks KEYS in exactly this order (see lua/_lib.lua).

@@ -103,6 +103,7 @@ class Stats:
     lateness: Mapping[float, int] = field(default_factory=dict)
     lateness_sum: float = 0.0  # seconds, over all deliveries
     consumer_seen_at: datetime | None = None  # when a consumer last fetched
+    shards: tuple[Stats, ...] = ()  # a sharded queue's sub-queues, in shard order
 
     @property
     def total(self) -> int:

@@ -8,6 +8,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis as redis_lib
@@ -185,6 +186,22 @@ def disconnect(conn: Any) -> None:
         conn.disconnect()
 
 
+class Bell:
+    """Wakes a waiter on news from any of several notifiers (a sharded queue's shards)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+
+    def ring(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait(self, changed: Callable[[], bool], timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for ``changed()``; its last value."""
+        with self._cond:
+            return self._cond.wait_for(changed, timeout)
+
+
 class Notifier:
     """Listens on the queue's channel in a daemon thread and wakes waiting consumers.
 
@@ -192,9 +209,10 @@ class Notifier:
     listener wakes everybody with an unknown time, so waiters look at Redis again.
     """
 
-    def __init__(self, client: Any, channel: str) -> None:
+    def __init__(self, client: Any, channel: str, bell: Bell | None = None) -> None:
         self._client = client
         self._channel = channel
+        self._bell = bell
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._subscribed = threading.Event()
@@ -215,6 +233,11 @@ class Notifier:
     def mark(self) -> int:
         return self._log.generation
 
+    def news(self, mark: int) -> tuple[int, int | None]:
+        """(new mark, earliest due ms announced after ``mark``, None if unknown), now."""
+        with self._cond:
+            return self._log.news_since(mark)
+
     def wait(self, mark: int, timeout: float) -> tuple[int, int | None] | None:
         """Wait for news after ``mark``: (new mark, earliest announced due ms, None if
         unknown), or None on timeout."""
@@ -227,6 +250,8 @@ class Notifier:
         with self._cond:
             self._log.push(due_ms)
             self._cond.notify_all()
+        if self._bell is not None:
+            self._bell.ring()
 
     def _listen(self) -> None:
         # A connection of our own rather than redis-py's PubSub, which reconnects by itself

@@ -1,0 +1,105 @@
+"""Sharded queues: one logical queue over N sub-queues, each under its own hash tag.
+
+Pure planning: which hash tags the sub-queues get (spread over the cluster's slot space, so
+that they spread over its masters), which sub-queue a task goes to, and how the shard count is
+recorded. The queues in ``_async/sharded.py`` do the I/O.
+"""
+
+from __future__ import annotations
+
+import binascii
+import zlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from ..exceptions import ConfigError
+from .keys import validate_name
+from .models import Stats
+
+SLOTS = 16384  # Redis Cluster's hash slots
+MAX_SHARDS = 1024
+# A sharded queue's name leaves room for the sub-queues' suffix within the 200-character limit.
+MAX_SHARDED_NAME = 180
+
+
+def key_slot(tag: str) -> int:
+    """The cluster slot of a hash tag (CRC16-XMODEM modulo 16384, as Redis computes it)."""
+    return binascii.crc_hqx(tag.encode(), 0) % SLOTS
+
+
+def check_shards(shards: object) -> int:
+    if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= MAX_SHARDS:
+        raise ConfigError(f"shards must be an int from 1 to {MAX_SHARDS}, got {shards!r}")
+    return shards
+
+
+def shard_names(name: str, shards: int) -> list[str]:
+    """The sub-queue names of a logical queue: ``<name>~<i>.<salt>``, the salt being the
+    first that puts sub-queue ``i``'s slot in the ``i``-th of ``shards`` equal slot ranges.
+    Masters own ranges of slots, so the sub-queues spread over them as evenly as the count
+    allows; every client computes the same names."""
+    validate_name(name)
+    if len(name) > MAX_SHARDED_NAME:
+        raise ConfigError(f"a sharded queue's name has at most {MAX_SHARDED_NAME} characters")
+    names = []
+    for i in range(shards):
+        low, high = i * SLOTS // shards, (i + 1) * SLOTS // shards
+        salt = 0
+        while not low <= key_slot(f"{name}~{i}.{salt}") < high:
+            salt += 1
+        names.append(f"{name}~{i}.{salt}")
+    return names
+
+
+def shard_of(route: str, shards: int) -> int:
+    """The shard of a routing value (a dedup key or a task id): stable across processes."""
+    return zlib.crc32(route.encode("utf-8", "surrogatepass")) % shards
+
+
+def id_for_shard(shard: int, shards: int, draw: Callable[[], str]) -> str:
+    """A fresh id that routes to ``shard`` (about ``shards`` draws), so that a task routed
+    by its dedup key is still found by its id alone."""
+    while True:
+        task_id = draw()
+        if shard_of(task_id, shards) == shard:
+            return task_id
+
+
+def recorded_count(value: object) -> int | None:
+    """The shard count stored in Redis for a queue (``None`` if none is)."""
+    if value is None:
+        return None
+    text = value.decode() if isinstance(value, bytes) else str(value)
+    return int(text) if text.isdigit() else None
+
+
+def shards_key(prefix: str) -> str:
+    """The hash of logical queue name -> shard count (outside any queue's slot, like the
+    registry: written by clients, never by scripts)."""
+    return f"{prefix}:shards"
+
+
+def merged_stats(name: str, parts: Sequence[Stats]) -> Stats:
+    """The stats of a logical queue from its shards' (each read atomically on its own)."""
+    counters: Counter[str] = Counter()
+    lateness: Counter[float] = Counter()
+    for part in parts:
+        counters.update(part.counters)
+        lateness.update(part.lateness)
+    dues = [p.next_due_at for p in parts if p.next_due_at is not None]
+    seen = [p.consumer_seen_at for p in parts if p.consumer_seen_at is not None]
+    return Stats(
+        queue=name,
+        delayed=sum(p.delayed for p in parts),
+        ready=sum(p.ready for p in parts),
+        inflight=sum(p.inflight for p in parts),
+        dead=sum(p.dead for p in parts),
+        overdue=sum(p.overdue for p in parts),
+        oldest_overdue_age=max((p.oldest_overdue_age for p in parts), default=0.0),
+        next_due_at=min(dues) if dues else None,
+        counters=dict(counters),
+        lateness=dict(sorted(lateness.items())),
+        lateness_sum=sum(p.lateness_sum for p in parts),
+        consumer_seen_at=max(seen) if seen else None,
+        shards=tuple(parts),
+    )

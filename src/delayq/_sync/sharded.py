@@ -1,0 +1,386 @@
+# Generated from _async/sharded.py by scripts/unasync.py: do not edit.
+"""ShardedQueue: one logical queue over N sub-queues, made by ``shards=N``.
+
+Each sub-queue is an ordinary :class:`DelayQueue` under its own hash tag (so its own
+cluster slot), all on one connection layer. Offers go to the shard of their dedup key, else
+of their id; consumers take from every shard in turn and look only at the shards that may
+have something due. The sync ``ShardedQueue`` in ``_sync/sharded.py`` is generated from this
+file by ``scripts/unasync.py``; edit here and regenerate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any, cast
+
+from .._core import protocol, sharding
+from .._core.codecs import PayloadT
+from .._core.durability import Durability
+from .._core.keys import QueueKeys
+from .._core.models import DeadTask, Stats, TaskInfo, TaskState
+from .._core.offers import Offer, TaskId, build_offer, build_plain_offers, check_conflicts
+from .._core.protocol import OfferSpec, Policy
+from .._core.scripts import Op
+from .._core.timing import Duration, duration_ms
+from ..exceptions import ConfigError, InvalidTaskError
+from . import backend, runner
+from .queue import DelayQueue, Task
+
+
+class ShardedQueue(DelayQueue[PayloadT]):
+    """A queue made with ``shards=N``: the same methods as :class:`DelayQueue`.
+
+    Tasks with a dedup key go to the key's shard (so dedup holds) with an id drawn to route
+    there too; other tasks go to their id's shard. ``get``, ``cancel`` and ``reschedule`` by
+    id ask the id's shard, and only if it does not hold the task (a task offered with both
+    ``id=`` and ``key=``) the others. ``stats()`` sums the shards and lists them in
+    ``Stats.shards``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        redis: Any = None,
+        *,
+        shards: int,
+        prefix: str = "dq",
+        reconnect_timeout: Duration | None = None,
+        durability: Durability | None = None,
+        **options: Any,
+    ) -> None:
+        self._keys = QueueKeys(prefix, name)
+        count = sharding.check_shards(shards)
+        names = sharding.shard_names(name, count)
+        try:
+            reconnect_s = (
+                None
+                if reconnect_timeout is None
+                else duration_ms(reconnect_timeout, "reconnect_timeout") / 1000
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        self._owns_runner = not isinstance(redis, runner.Runner)
+        self._runner = runner.connect(
+            redis,
+            f"delayq:{name}",
+            reconnect_s,
+            label=name,
+            wait_s=durability.timeout if isinstance(durability, Durability) else 0.0,
+        )
+        self._bell = backend.Bell()
+        # A bad option raises here, before anything connects (the client connects lazily).
+        self._parts: list[DelayQueue[PayloadT]] = []
+        for sub in names:
+            part: DelayQueue[PayloadT] = DelayQueue(
+                sub,
+                self._runner,
+                prefix=prefix,
+                reconnect_timeout=reconnect_timeout,
+                durability=durability,
+                **options,
+            )
+            part._ring(self._bell)
+            part._registered = True  # the logical queue registers, not its shards
+            self._parts.append(part)
+        first = self._parts[0]
+        self._codec = first._codec
+        self._dedup = first._dedup
+        self._safety_s = first._safety_s
+        self._turn = 0
+        self._registered = False
+        self._closed = False
+
+    # -- the shards -------------------------------------------------------------------------
+
+    @property
+    def shards(self) -> int:
+        """How many sub-queues this queue spreads over."""
+        return len(self._parts)
+
+    @property
+    def shard_queues(self) -> list[DelayQueue[PayloadT]]:
+        """The sub-queues, in shard order (each an ordinary queue on its own hash tag)."""
+        return list(self._parts)
+
+    @property
+    def _policy(self) -> Policy:
+        return self._parts[0]._policy
+
+    @_policy.setter
+    def _policy(self, policy: Policy) -> None:
+        for part in self._parts:
+            part._policy = policy
+
+    def close(self) -> None:
+        """Stop listening on every shard and release the connections."""
+        if self._closed:
+            return
+        self._closed = True
+        for part in self._parts:
+            part.close()
+        if self._owns_runner:
+            self._runner.close()
+
+    def _register(self) -> None:
+        """Record the shard count in Redis (the first opener's count holds) and refuse to
+        work with another one: its tasks would be looked for on the wrong shards."""
+        if self._registered:
+            return
+        self._check_open()
+        counts = sharding.shards_key(self._keys.prefix)
+        self._runner.command("HSETNX", counts, self.name, len(self._parts))
+        recorded = sharding.recorded_count(self._runner.command("HGET", counts, self.name))
+        if recorded != len(self._parts):
+            raise ConfigError(
+                f"queue {self.name!r} has {recorded} shards in Redis, not {len(self._parts)}: "
+                f"open it with shards={recorded} (or reshard it)"
+            )
+        self._runner.command("SADD", self._keys.registry, self.name)
+        self._registered = True
+
+    def _home(self, task_id: str) -> DelayQueue[PayloadT]:
+        return self._parts[sharding.shard_of(protocol.check_id(task_id), len(self._parts))]
+
+    def _others(self, task_id: str) -> list[DelayQueue[PayloadT]]:
+        home = self._home(task_id)
+        return [part for part in self._parts if part is not home]
+
+    def _route(self, offer: Offer) -> tuple[int, str]:
+        """The shard of an offer and the id to give it if it has none."""
+        count = len(self._parts)
+        if offer.key is not None:
+            shard = sharding.shard_of(offer.key, count)
+            return shard, sharding.id_for_shard(shard, count, protocol.new_task_id)
+        task_id = offer.id if offer.id is not None else protocol.new_task_id()
+        return sharding.shard_of(task_id, count), task_id
+
+    # -- producing --------------------------------------------------------------------------
+
+    def offer(
+        self,
+        payload: PayloadT,
+        delay: Duration | None = None,
+        *,
+        at: datetime | float | None = None,
+        key: str | None = None,
+        id: str | None = None,
+        priority: int = 0,
+        headers: dict[str, str] | None = None,
+        ttl: Duration | None = None,
+        key_ttl: Duration | None = None,
+        dedup: str | None = None,
+    ) -> TaskId:
+        """Schedule ``payload`` on its shard; see :meth:`DelayQueue.offer`."""
+        offer = Offer(payload, delay, at, key, id, priority, headers, ttl, key_ttl)
+        shard, new_id = self._route(offer)
+        part = self._parts[shard]
+        spec = build_offer(part._codec, offer, new_id)
+        mode = part._offer_mode(dedup)
+        self._register()
+        return check_conflicts(part._write_offers(mode, [spec], [id is None]))[0]
+
+    def offer_many(
+        self, items: Iterable[Offer | tuple[Any, Duration | None]], *, dedup: str | None = None
+    ) -> list[TaskId]:
+        """Schedule many tasks, one batch per shard; see :meth:`DelayQueue.offer_many`."""
+        items = list(items)
+        mode = self._offer_mode(dedup)
+        count = len(self._parts)
+        groups: dict[int, tuple[list[int], list[OfferSpec], list[bool]]] = {}
+        if all(type(item) is tuple and len(item) == 2 for item in items):  # the common call
+            ids = protocol.new_task_ids(len(items)) if items else []
+            specs = build_plain_offers(self._codec, cast(list[tuple[Any, Any]], items), ids)
+            for i, spec in enumerate(specs):
+                group = groups.setdefault(sharding.shard_of(spec.id, count), ([], [], []))
+                group[0].append(i)
+                group[1].append(spec)
+                group[2].append(True)
+        else:
+            for i, item in enumerate(items):  # everything encoded before anything is written
+                if isinstance(item, tuple) and len(item) == 2:
+                    offer = Offer(item[0], item[1])
+                elif isinstance(item, Offer):
+                    offer = item
+                else:
+                    raise InvalidTaskError(
+                        f"offer_many items are (payload, delay) or Offer, not {item!r}"
+                    )
+                shard, new_id = self._route(offer)
+                group = groups.setdefault(shard, ([], [], []))
+                group[0].append(i)
+                group[1].append(build_offer(self._codec, offer, new_id))
+                group[2].append(offer.id is None)
+        if not items:
+            return []
+        self._register()
+        results: list[TaskId] = [TaskId("")] * len(items)
+        for shard, (positions, specs, drawn) in sorted(groups.items()):
+            written = self._parts[shard]._write_offers(mode, specs, drawn)
+            for position, task_id in zip(positions, written, strict=True):
+                results[position] = task_id
+        return check_conflicts(results)
+
+    def cancel(self, task_id: str) -> bool:
+        """Remove a task that is still waiting; see :meth:`DelayQueue.cancel`."""
+        for part in [self._home(task_id), *self._others(task_id)]:
+            if part.cancel(task_id):
+                return True
+        return False
+
+    def reschedule(
+        self, task_id: str, delay: Duration | None = None, *, at: datetime | float | None = None
+    ) -> bool:
+        """Move a waiting task's due time; see :meth:`DelayQueue.reschedule`."""
+        for part in [self._home(task_id), *self._others(task_id)]:
+            if part.reschedule(task_id, delay, at=at):
+                return True
+        return False
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def get(self, task_id: str) -> TaskInfo | None:
+        """A snapshot of the task, or None; see :meth:`DelayQueue.get`."""
+        for part in [self._home(task_id), *self._others(task_id)]:
+            info = part.get(task_id)
+            if info is not None:
+                return info
+        return None
+
+    def stats(self) -> Stats:
+        """The shards' counts summed (each shard read atomically, all in one round trip per
+        Redis node); ``Stats.shards`` has each shard's own."""
+        self._check_open()
+        calls = [(Op.STATS, part.keys.all, [part._overdue_ms]) for part in self._parts]
+        replies = self._runner.many(calls)
+        parts = []
+        for part, reply in zip(self._parts, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            parts.append(protocol.stats_from_reply(part.name, reply))
+        return sharding.merged_stats(self.name, parts)
+
+    def dead(self, limit: int = 100, offset: int = 0) -> list[DeadTask]:
+        """Dead-lettered tasks of every shard, oldest first."""
+        if not isinstance(limit, int) or not isinstance(offset, int) or limit < 0 or offset < 0:
+            raise ConfigError(f"limit and offset must be ints >= 0, got {limit!r}, {offset!r}")
+        rows: list[DeadTask] = []
+        for part in self._parts:
+            rows += part.dead(offset + limit, 0)
+        rows.sort(key=lambda row: row.dead_at)
+        return rows[offset : offset + limit]
+
+    def requeue_dead(self, task_id: str | None = None) -> int:
+        """Put dead tasks back; see :meth:`DelayQueue.requeue_dead`."""
+        if task_id is not None:
+            moved = self._home(task_id).requeue_dead(task_id)
+            for part in self._others(task_id) if not moved else []:
+                moved = part.requeue_dead(task_id)
+                if moved:
+                    break
+            return moved
+        return sum([part.requeue_dead() for part in self._parts])
+
+    def tasks(self, state: TaskState | str, limit: int = 100, offset: int = 0) -> list[TaskInfo]:
+        """One page of the tasks in ``state`` over every shard, in the order they leave it."""
+        rows: list[TaskInfo] = []
+        for part in self._parts:
+            rows += part.tasks(state, offset + limit, 0)
+        rows.sort(key=_leaving_order)
+        return rows[offset : offset + limit]
+
+    def purge(self, states: Iterable[TaskState | str] | TaskState | str = ("dead",)) -> int:
+        """Delete every task in ``states`` on every shard; see :meth:`DelayQueue.purge`."""
+        wanted = [states] if isinstance(states, str) else list(states)
+        return sum([part.purge(wanted) for part in self._parts])
+
+    # -- consuming --------------------------------------------------------------------------
+
+    def _poll(self, count: int, timeout: float | None) -> list[Task[PayloadT]]:
+        """Up to ``count`` due tasks of one shard, the shards taken in turn; a shard whose last
+        look found nothing due is not looked at again before its next due time, unless its
+        channel announces an earlier one."""
+        self._check_open()
+        self._register()
+        deadline = None if timeout is None else backend.monotonic() + timeout
+        for part in self._parts:
+            part._notifier.start()
+        shards = len(self._parts)
+        while True:
+            for step in range(shards):
+                index = (self._turn + step) % shards
+                part = self._parts[index]
+                until = part._quiet_until()
+                if until is None or until <= backend.monotonic():
+                    tasks = part._poll(count, 0.0)
+                    if tasks:
+                        self._turn = (index + 1) % shards
+                        return tasks
+            now = backend.monotonic()
+            if deadline is not None and now >= deadline:
+                return []
+            wakes = [part._quiet_until() for part in self._parts]
+            wake_at = min(now if w is None else w for w in wakes)
+            until = wake_at if deadline is None else min(wake_at, deadline)
+            marks = [part._notifier.mark() for part in self._parts]
+            slack = backend.TIMER_SLACK if until == wake_at else 0.0
+            remaining = until - backend.monotonic() - slack
+            if remaining > 0 and self._bell.wait(self._news_since(marks), remaining):
+                continue
+            backend.wait_out(until)
+
+    def _news_since(self, marks: list[int]) -> Callable[[], bool]:
+        """Whether any shard's channel announced something since ``marks``."""
+        parts = self._parts
+        return lambda: any(p._notifier.mark() != m for p, m in zip(parts, marks, strict=True))
+
+    def ack(self, task: Task) -> None:
+        """Mark a delivered task done; see :meth:`DelayQueue.ack`."""
+        self._part_of(task).ack(task)
+
+    def ack_many(self, tasks: Sequence[Task]) -> list[bool]:
+        """Ack many tasks, one round trip per shard; False where the lease was lost."""
+        results: list[bool] = [True] * len(tasks)
+        groups: dict[int, list[int]] = {}
+        for i, task in enumerate(tasks):
+            groups.setdefault(id(self._part_of(task)), []).append(i)
+        for positions in groups.values():
+            part = self._part_of(tasks[positions[0]])
+            acked = part.ack_many([tasks[i] for i in positions])
+            for i, ok in zip(positions, acked, strict=True):
+                results[i] = ok
+        return results
+
+    def nack(self, task: Task, delay: Duration | None = None) -> None:
+        """Give a task back; see :meth:`DelayQueue.nack`."""
+        self._part_of(task).nack(task, delay)
+
+    def retry(self, task: Task, delay: Duration | None = None, *, error: str | None = None) -> None:
+        """Fail this attempt; see :meth:`DelayQueue.retry`."""
+        self._part_of(task).retry(task, delay, error=error)
+
+    def release(self, task: Task) -> None:
+        """Hand back an unstarted task; see :meth:`DelayQueue.release`."""
+        self._part_of(task).release(task)
+
+    def reject(self, task: Task, error: str) -> None:
+        """Dead-letter a task now; see :meth:`DelayQueue.reject`."""
+        self._part_of(task).reject(task, error)
+
+    def extend(self, task: Task, seconds: Duration) -> datetime:
+        """Keep the lease longer; see :meth:`DelayQueue.extend`."""
+        return self._part_of(task).extend(task, seconds)
+
+    def _part_of(self, task: Task) -> DelayQueue[PayloadT]:
+        part = task.queue
+        if part is None or not any(part is p for p in self._parts):
+            raise InvalidTaskError(f"task {task.id} was not delivered by queue {self.name!r}")
+        return part
+
+
+def _leaving_order(info: TaskInfo) -> tuple[float, int]:
+    when = info.due_at or info.lease_expires_at or info.dead_at
+    return (when.timestamp() if when is not None else 0.0, -info.priority)
+
+
+DelayQueue._sharded_class = ShardedQueue

@@ -1,0 +1,215 @@
+"""Sharded queues: one logical queue over N sub-queues with their own hash tags, on a single
+Redis and on a cluster; routing by dedup key and id, fair consumption, merged stats."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+
+from delayq import (
+    AsyncDelayQueue,
+    AsyncShardedQueue,
+    ConfigError,
+    DelayQueue,
+    Offer,
+    ShardedQueue,
+    Worker,
+)
+from delayq._core import sharding
+from delayq.embedded import EmbeddedCluster
+
+from ..conftest import BINARIES
+from ..helpers import wait_until
+
+
+def test_shard_names_spread_over_the_slot_space() -> None:
+    names = sharding.shard_names("orders", 16)
+    assert names == sharding.shard_names("orders", 16)  # every client computes the same
+    slots = [sharding.key_slot(n) for n in names]
+    assert [s * 16 // sharding.SLOTS for s in slots] == list(range(16))
+    with pytest.raises(ConfigError):
+        sharding.check_shards(0)
+    with pytest.raises(ConfigError):
+        sharding.shard_names("x" * 190, 4)
+
+
+def test_sharded_queue_is_a_delay_queue_with_shards(make_queue) -> None:
+    q = make_queue("orders", shards=4)
+    assert isinstance(q, ShardedQueue) and isinstance(q, DelayQueue)
+    assert q.shards == 4 and len(q.shard_queues) == 4
+    plain = make_queue("plain")
+    assert type(plain) is DelayQueue
+
+
+def test_offers_spread_over_shards_and_come_back(make_queue, client, prefix) -> None:
+    q = make_queue("orders", shards=4, visibility_timeout=5)
+    ids = q.offer_many([(n, 0) for n in range(400)])
+    single = q.offer("one", delay=0)
+    per_shard = [part.stats().ready for part in q.shard_queues]
+    assert sum(per_shard) == 401 and min(per_shard) > 50  # spread, roughly evenly
+    assert q.get(single).payload == "one"  # found on its shard by id alone
+    got: list[str] = []
+    while len(got) < 401:
+        batch = q.poll_many(50, timeout=2)
+        assert batch, "every task comes back"
+        got += [t.id for t in batch]
+        assert all(q.ack_many(batch))
+    assert sorted(got) == sorted([*ids, single])
+    stats = q.stats()
+    assert (stats.ready, stats.inflight, stats.counters["acked"]) == (0, 0, 401)
+    assert len(stats.shards) == 4 and sum(s.counters["acked"] for s in stats.shards) == 401
+    # The logical queue is registered, its shards are not.
+    assert client.smembers(f"{prefix}:queues") == {b"orders"}
+    assert client.hget(f"{prefix}:shards", "orders") == b"4"
+
+
+def test_dedup_key_holds_across_shards(make_queue) -> None:
+    q = make_queue("orders", shards=8)
+    first = q.offer("close 42", delay=60, key="close:42")
+    again = q.offer("close 42 again", delay=60, key="close:42")
+    assert again == first and again.outcome == "existing"
+    many = q.offer_many([Offer("close 42", 60, key="close:42"), Offer("other", 60, key="k2")])
+    assert many[0] == first
+    assert q.stats().delayed == 2
+    assert q.cancel(first)  # an id drawn for the key's shard: found without asking others
+
+
+def test_caller_id_with_a_key_is_still_found_by_id(make_queue) -> None:
+    q = make_queue("orders", shards=8)
+    task_id = q.offer("x", delay=60, id="order-7-close", key="order:7")
+    assert task_id == "order-7-close"
+    info = q.get("order-7-close")
+    assert info is not None and info.key == "order:7"
+    assert q.reschedule("order-7-close", delay=120)
+    assert q.cancel("order-7-close")
+    assert q.get("order-7-close") is None
+    assert not q.cancel("order-7-close")
+
+
+def test_a_different_shard_count_is_refused(make_queue) -> None:
+    q = make_queue("orders", shards=4)
+    q.offer(1, delay=60)
+    with pytest.raises(ConfigError, match="has 4 shards in Redis"):
+        make_queue("orders", shards=8).offer(1, delay=60)
+    with pytest.raises(ConfigError, match="open it with shards=4"):
+        make_queue("orders").offer(1, delay=60)
+    with pytest.raises(ConfigError, match="has 4 shards"):
+        make_queue("orders", shards=2).poll(timeout=0)
+
+
+def test_consumers_take_from_every_shard_fairly(make_queue) -> None:
+    """A busy shard does not starve the others: each poll starts at the next shard."""
+    q = make_queue("orders", shards=4)
+    busy = q.shard_queues[0]
+    busy_ids = set()
+    draws = iter(range(10**6))
+    for n in range(200):
+        task_id = sharding.id_for_shard(0, 4, lambda: f"busy-{next(draws)}")
+        busy_ids.add(q.offer(n, delay=0, id=task_id))
+    others = set(q.offer_many([(n, 0) for n in range(30)])) - busy_ids
+    seen_other_at = []
+    for i in range(20):
+        batch = q.poll_many(5, timeout=2)
+        q.ack_many(batch)
+        if any(t.id in others for t in batch):
+            seen_other_at.append(i)
+    assert seen_other_at and seen_other_at[0] < 4
+    assert busy.stats().ready > 0  # the busy shard still had work: the others were not starved
+
+
+def test_an_idle_sharded_consumer_looks_at_each_shard_once_then_sleeps(
+    make_queue, redis_server
+) -> None:
+    q = make_queue("idle", shards=8, safety_interval=30)
+    q.offer("later", delay=60)
+    raw = redis.Redis.from_url(redis_server.url)
+    q.poll(timeout=0)  # one look at every shard
+    before = int(raw.info("stats")["total_commands_processed"])
+    assert q.poll(timeout=1.0) is None
+    spent = int(raw.info("stats")["total_commands_processed"]) - before
+    raw.close()
+    assert spent <= 3, f"an idle consumer polled empty shards ({spent} commands)"
+
+
+def test_a_wakeup_on_any_shard_ends_the_wait(make_queue) -> None:
+    consumer = make_queue("wake", shards=8, safety_interval=30)
+    producer = make_queue("wake", shards=8)
+    assert consumer.poll(timeout=0) is None
+    result: list[object] = []
+    thread = threading.Thread(target=lambda: result.append(consumer.poll(timeout=10)))
+    started = time.monotonic()
+    thread.start()
+    time.sleep(0.1)  # the consumer is waiting (not a correctness assumption: it is bounded)
+    task_id = producer.offer("now", delay=0.05)
+    thread.join(10)
+    assert result and getattr(result[0], "id", None) == task_id
+    assert time.monotonic() - started < 5
+
+
+def test_worker_on_a_sharded_queue(make_queue) -> None:
+    q = make_queue("work", shards=4, visibility_timeout=5)
+    ids = set(q.offer_many([(n, 0) for n in range(300)]))
+    done: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def handle(task) -> None:
+        with lock:
+            done[task.id] += 1
+
+    worker = Worker(q, handle, concurrency=4)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    wait_until(lambda: len(done) == 300, timeout=20)
+    worker.stop()
+    thread.join(20)
+    assert set(done) == ids and max(done.values()) == 1
+    wait_until(lambda: q.stats().counters.get("acked", 0) == 300, timeout=10)
+
+
+async def test_async_sharded_queue(make_async_queue) -> None:
+    q = make_async_queue("orders", shards=4)
+    assert isinstance(q, AsyncShardedQueue) and isinstance(q, AsyncDelayQueue)
+    ids = await q.offer_many([(n, 0) for n in range(100)])
+    got = []
+    while len(got) < 100:
+        batch = await q.poll_many(40, timeout=2)
+        assert batch
+        got += batch
+        await q.ack_many(batch)
+    assert sorted(t.id for t in got) == sorted(ids)
+    assert (await q.stats()).counters["acked"] == 100
+
+
+# -- on a cluster ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[EmbeddedCluster]:
+    c = EmbeddedCluster(3, BINARIES[0][1]).start()
+    yield c
+    c.stop()
+
+
+def test_sixteen_shards_spread_over_three_masters(cluster: EmbeddedCluster, prefix: str) -> None:
+    url = f"redis+cluster://127.0.0.1:{cluster.nodes[0].port}"
+    with DelayQueue("promo", url, prefix=prefix, shards=16) as q:
+        client = RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+        owners = Counter(client.get_node_from_key(p.keys.all[0]).name for p in q.shard_queues)
+        client.close()
+        assert len(owners) == 3 and all(4 <= n <= 7 for n in owners.values()), owners
+        ids = q.offer_many([(n, 0) for n in range(1000)])
+        got = []
+        while len(got) < 1000:
+            batch = q.poll_many(100, timeout=2)
+            assert batch
+            got += [t.id for t in batch]
+            assert all(q.ack_many(batch))
+        assert sorted(got) == sorted(ids)
+        stats = q.stats()
+        assert stats.counters["acked"] == 1000 and stats.ready == 0
