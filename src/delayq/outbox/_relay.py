@@ -112,6 +112,7 @@ class AsyncRelay:
         self._queues: dict[tuple[str, str], AsyncDelayQueue] = {}
         self._known_queues: set[tuple[str, str]] = set()
         self._stop_event: asyncio.Event | None = None
+        self._db_backoff = _FIRST_BACKOFF_S
         self._stopping = False
         self.stats = RelayStats()
         self.connected = asyncio.Event()  # set while both connections are up (for tests)
@@ -129,19 +130,26 @@ class AsyncRelay:
         self._stop_event = asyncio.Event()
         if self._stopping:
             self._stop_event.set()
-        backoff = _FIRST_BACKOFF_S
         try:
             while not self._stopping:
                 try:
                     await self._serve()
-                    backoff = _FIRST_BACKOFF_S
                 except self._psycopg.Error as exc:
-                    self.connected.clear()
                     self.stats.database_errors += 1
-                    log.warning("outbox relay: PostgreSQL: %s; again in %.2fs", exc, backoff)
-                    await self._pause(backoff)
-                    backoff = min(backoff * 2, self._max_backoff)
-                    self.stats.reconnects += 1
+                    log.warning(
+                        "outbox relay: PostgreSQL: %s; again in %.2fs", exc, self._db_backoff
+                    )
+                except Exception:  # a bug must not end the relay: rows wait, it retries
+                    self.stats.database_errors += 1
+                    log.exception(
+                        "outbox relay: unexpected error; again in %.2fs", self._db_backoff
+                    )
+                else:
+                    continue
+                self.connected.clear()
+                await self._pause(self._db_backoff)
+                self._db_backoff = min(self._db_backoff * 2, self._max_backoff)
+                self.stats.reconnects += 1
         finally:
             self.connected.clear()
             await self.close()
@@ -187,6 +195,7 @@ class AsyncRelay:
             listening = asyncio.create_task(self._listen(listener, wake))
             stopping = asyncio.create_task(self._stop_event.wait())
             self.connected.set()
+            self._db_backoff = _FIRST_BACKOFF_S  # connected: the next outage starts afresh
             redis_backoff = _FIRST_BACKOFF_S
             try:
                 while not self._stopping:
