@@ -423,3 +423,30 @@ def test_status_dead_and_requeue(
     assert outbox.requeue_dead() == 1
     assert outbox.status().pending == 1
     assert len(offer_ids) == 3
+
+
+def test_sqlalchemy_engine_as_the_database(pg_dsn: str, table: str, prefix: str) -> None:
+    engine = sqlalchemy.create_engine(sqlalchemy_url(pg_dsn))
+    try:
+        outbox = Outbox(engine, table=table, prefix=prefix)
+        outbox.install()
+        with engine.begin() as conn:
+            outbox.offer(conn, "orders", 1)
+        assert outbox.status().pending == 1
+        assert outbox.dead() == [] and outbox.requeue_dead() == 0
+    finally:
+        engine.dispose()
+
+
+def test_sync_and_async_outboxes_have_the_same_face() -> None:
+    import inspect
+
+    def face(cls: type) -> dict[str, inspect.Signature]:
+        return {
+            name: inspect.signature(member)
+            for name, member in inspect.getmembers(cls, inspect.isfunction)
+            if not name.startswith("_")
+        }
+
+    assert face(Outbox) == face(AsyncOutbox)
+    assert {"install", "offer", "cancel", "reschedule", "status", "dead"} <= set(face(Outbox))
