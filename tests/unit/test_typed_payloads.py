@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import subprocess
 import sys
 import textwrap
@@ -280,3 +281,35 @@ def test_without_pydantic_a_model_is_refused_with_the_extra_to_install() -> None
     lines = out.strip().splitlines()
     assert len(lines) == 2
     assert all("Model" in line and "pip install delayq[typed]" in line for line in lines)
+
+
+@dataclass
+class Reading:
+    value: float
+
+
+class ModelReading(pydantic.BaseModel):
+    value: float
+
+
+@pytest.mark.parametrize(
+    "payload", [Reading(math.nan), Reading(math.inf), ModelReading(value=math.nan)]
+)
+def test_a_float_json_cannot_hold_fails_the_offer(payload: Any) -> None:
+    with pytest.raises(EncodeError, match="does not fit"):
+        codec("json", type(payload)).encode(payload)
+
+
+def test_msgpack_holds_nan_and_infinity() -> None:
+    c = codec("msgpack", Reading)
+    assert c.decode(c.encode(Reading(math.inf))).payload == Reading(math.inf)
+    assert math.isnan(c.decode(c.encode(Reading(math.nan))).payload.value)
+
+
+def test_task_ids_and_other_str_subclasses_are_stored_as_text() -> None:
+    from delayq import TaskId
+
+    c = codec("json", Line)
+    data = c.encode(Line(TaskId("0Q8iJTa39cCgs9"), Decimal(1)), headers={"parent": TaskId("x")})
+    assert json.loads(data)["p"]["sku"] == "0Q8iJTa39cCgs9"
+    assert type(c.decode(data).payload.sku) is str

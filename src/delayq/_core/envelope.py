@@ -56,8 +56,12 @@ class EnvelopeCodec:
         if plain and self.codec == "json" and self.payload_type is None:  # the common case
             return self._bare(payload)
         doc: dict[str, Any] = {}
+        typed_json = self.payload_type is not None and self.codec == "json"
         if self.payload_type is not None:
-            doc["p"] = self.payload_type.dump(payload, keep_bytes=self.codec != "json")
+            # typed JSON is checked on the encoded bytes (to_json), the rest on plain data
+            doc["p"] = self.payload_type.dump(
+                payload, keep_bytes=self.codec != "json", check=not typed_json
+            )
             doc["ty"] = self.payload_type.tag
             if self.payload_type.version != 1:
                 doc["tv"] = self.payload_type.version
@@ -69,7 +73,9 @@ class EnvelopeCodec:
             doc["pr"] = priority
         if key is not None:
             doc["k"] = key
-        if self.codec == "json":
+        if typed_json and self.payload_type is not None:
+            data = self.payload_type.to_json(doc)
+        elif self.codec == "json":
             data = dump_json(doc)
         elif self.codec == "msgpack":
             doc["c"] = "msgpack"
