@@ -181,7 +181,9 @@ class AsyncWorker(WorkerBase):
                 backoff = 0.05
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die
                 self._counters.redis_errors += 1
-                log.warning("delayq worker: fetch from %s failed (%s); retrying", queue.name, exc)
+                log.warning(
+                    "delayq worker: fetch from %s failed (%s); retrying", queue.name, printable(exc)
+                )
                 await _sleep_unless(self._stopping, backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue

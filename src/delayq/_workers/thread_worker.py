@@ -195,7 +195,9 @@ class Worker(WorkerBase):
                 backoff = 0.05
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die
                 self._counters.redis_errors += 1
-                log.warning("delayq worker: fetch from %s failed (%s); retrying", queue.name, exc)
+                log.warning(
+                    "delayq worker: fetch from %s failed (%s); retrying", queue.name, printable(exc)
+                )
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
