@@ -242,6 +242,7 @@ def test_plain_install_commands_of_extras_name_the_extra(
         ("delayq.DelayQueue('q', URL, codec='msgpack')", "msgpack"),
         ("delayq.embedded.EmbeddedRedis()", "embedded"),
         ("from delayq.metrics import WorkerMetrics; WorkerMetrics()", "metrics"),
+        ("from delayq.outbox import Relay; Relay('postgresql://127.0.0.1/shop', URL)", "postgres"),
     ],
 )
 def test_plain_install_optional_features_name_their_extra(
