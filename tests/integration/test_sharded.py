@@ -3,6 +3,10 @@ Redis and on a cluster; routing by dedup key and id, fair consumption, merged st
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -23,9 +27,12 @@ from delayq import (
 )
 from delayq._core import sharding
 from delayq.embedded import EmbeddedCluster
+from delayq.metrics import QueueCollector
 
 from ..conftest import BINARIES
 from ..helpers import wait_until
+
+CLI = [sys.executable, "-m", "delayq.cli"]
 
 
 def test_shard_names_spread_over_the_slot_space() -> None:
@@ -213,3 +220,35 @@ def test_sixteen_shards_spread_over_three_masters(cluster: EmbeddedCluster, pref
         assert sorted(got) == sorted(ids)
         stats = q.stats()
         assert stats.counters["acked"] == 1000 and stats.ready == 0
+
+
+def test_exporter_and_cli_show_the_logical_queue_with_its_shards(
+    make_queue, redis_server, prefix
+) -> None:
+    q = make_queue("promo", shards=4)
+    q.offer_many([(n, 60) for n in range(40)])
+    make_queue("plain").offer("x", delay=60)
+    collector = QueueCollector(redis_server.url, prefix=prefix)
+    try:
+        by_name = {s.queue: s for s in collector.read()}
+        text = collector.render()
+    finally:
+        collector.close()
+    assert by_name["promo"].delayed == 40 and len(by_name["promo"].shards) == 4
+    assert by_name["plain"].delayed == 1 and by_name["plain"].shards == ()
+    assert 'delayq_tasks{queue="promo",state="delayed"} 40' in text
+    shard_lines = [line for line in text.splitlines() if line.startswith("delayq_shard_tasks{")]
+    delayed = [line for line in shard_lines if 'state="delayed"' in line]
+    assert len(delayed) == 4 and sum(int(line.split()[-1]) for line in delayed) == 40
+
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    out = subprocess.run(
+        [*CLI, "stats", "promo", "--json", "--redis", redis_server.url, "--prefix", prefix],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)
+    assert row["delayed"] == 40

@@ -13,7 +13,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
-from .._core import protocol
+from .._core import protocol, sharding
 from .._core.keys import QueueKeys
 from .._core.models import Stats
 from .._core.scripts import Op
@@ -101,23 +101,45 @@ class QueueCollector(Collector):
 
     def read(self) -> list[Stats]:
         """The stats of every reported queue, in one round trip per Redis node (raises
-        :class:`RedisUnavailable` or :class:`ServerError`)."""
+        :class:`RedisUnavailable` or :class:`ServerError`). A sharded queue's shards are read
+        in the same round and summed, each shard in ``Stats.shards``."""
         names = self.names()
         if not names:
             return []
-        calls = [
-            (
-                Op.STATS,
-                self._keys.get(n) or self._keys.setdefault(n, self._key_list(n)),
-                [self._overdue_ms],
-            )
-            for n in names
-        ]
-        replies = self._runner.many(calls)
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        return [stats_of(name, reply) for name, reply in zip(names, replies, strict=True)]
+        counts = self._shard_counts()
+        parts = {
+            name: sharding.shard_names(name, counts[name]) if name in counts else [name]
+            for name in names
+        }
+        subs = [sub for name in names for sub in parts[name]]
+        calls = [(Op.STATS, self._queue_keys(sub), [self._overdue_ms]) for sub in subs]
+        replies = iter(self._runner.many(calls))
+        result = []
+        for name in names:
+            read = []
+            for sub in parts[name]:
+                reply = next(replies)
+                if isinstance(reply, Exception):
+                    raise reply
+                read.append(stats_of(sub, reply))
+            result.append(sharding.merged_stats(name, read) if name in counts else read[0])
+        return result
+
+    def _shard_counts(self) -> dict[str, int]:
+        """Logical queue name -> shard count, as Redis recorded them (one HGETALL)."""
+        raw = self._runner.command("HGETALL", sharding.shards_key(self.prefix))
+        counts = {}
+        for name, value in raw.items():
+            count = sharding.recorded_count(value)
+            if count is not None:
+                counts[bytes(name).decode(errors="replace")] = count
+        return counts
+
+    def _queue_keys(self, name: str) -> tuple[str, ...]:
+        keys = self._keys.get(name)
+        if keys is None:
+            keys = self._keys[name] = self._key_list(name)
+        return keys
 
     def _key_list(self, name: str) -> tuple[str, ...]:
         if len(self._keys) > 10_000:  # names come and go; never grow without bound
@@ -218,6 +240,11 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
         "histogram",
         "Delivery time minus due time of every delivery, on Redis's clock, all consumers.",
     ),
+    (
+        "delayq_shard_tasks",
+        "gauge",
+        "Tasks stored in each shard of a sharded queue, by state (summed in delayq_tasks).",
+    ),
     ("delayq_exporter_up", "gauge", "1 if Redis answered this scrape, else 0."),
     (
         "delayq_exporter_scrape_duration_seconds",
@@ -232,7 +259,7 @@ def grouped(
 ) -> list[list[tuple[str, Labels, float]]]:
     """The samples of each family of :data:`FAMILIES` (same order): (name, labels, value)."""
     out: list[list[tuple[str, Labels, float]]] = [[] for _ in FAMILIES]
-    tasks, overdue, oldest, next_due, seen, *counters, lateness, up_, duration = out
+    tasks, overdue, oldest, next_due, seen, *counters, lateness, shard_tasks, up_, duration = out
     for stats in rows:
         q = (("queue", stats.queue),)
         for state in STATES:
@@ -262,6 +289,12 @@ def grouped(
             )
         lateness.append(("delayq_delivery_lateness_seconds_count", q, running))
         lateness.append(("delayq_delivery_lateness_seconds_sum", q, stats.lateness_sum))
+        for index, shard in enumerate(stats.shards):
+            labels = (*q, ("shard", str(index)))
+            for state in STATES:
+                shard_tasks.append(
+                    ("delayq_shard_tasks", (*labels, ("state", state)), getattr(shard, state))
+                )
     up_.append(("delayq_exporter_up", (), 1 if up else 0))
     duration.append(("delayq_exporter_scrape_duration_seconds", (), seconds))
     return out
