@@ -1,15 +1,21 @@
-"""Dashboard page time with 100 queues: ``python -m bench.dashboard``.
+"""Dashboard page time and memory: ``python -m bench.dashboard [--scenario ...]``.
 
-Starts a private redis-server (``delayq.embedded``), fills ``--queues`` queues with tasks in
-every state, serves the dashboard with uvicorn on a free port and measures:
+Starts a private redis-server (``delayq.embedded``) and measures, by scenario:
 
-- ``stats_round``: the dashboard's read of every queue's stats (one pipelined round), against
-  the same reads awaited one after another;
-- ``http``: ``GET /`` (the main page, rendered) over HTTP, from request to last byte;
-- ``browser``: the main page in headless Chromium (navigation start to ``load``), if
+- ``pages`` (default; 100 queues with tasks in every state, served by uvicorn on a free port):
+  ``stats_round``, the dashboard's read of every queue's stats (one pipelined round) against
+  the same reads awaited one after another; ``http``, ``GET /`` from request to last byte;
+  ``browser``, the main page in headless Chromium (navigation start to ``load``), if
   ``/usr/bin/chromium`` is there.
+- ``many`` (2,000 queues, the bar of issue 14: the main page in <= 200 ms): ``GET /`` over
+  HTTP from uvicorn with the sampler running (``warm``: the summary of all queues comes from
+  the sampler's last round, the 100 rows shown are read fresh) and with every request reading
+  all 2,000 queues itself (``cold``: no sampler, a summary older than 1 ms is stale).
+- ``memory`` (in process, tracemalloc and RSS): 10,000 distinct queue names requested (as
+  another site can make a browser do), and the history of 2,000 queues after an hour of
+  sampler rounds (720 rounds, replayed without waiting).
 
-Prints the figures and writes ``bench/results/dashboard.json``.
+Prints the figures and writes ``bench/results/dashboard[-SCENARIO].json``.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ import httpx
 from tests.browser.support import CHROMIUM, CHROMIUM_ARGS, running
 
 from delayq import AsyncDelayQueue, DelayQueue
-from delayq.dashboard import Settings
+from delayq.dashboard import Settings, create_app
 from delayq.dashboard.monitor import Monitor
+from delayq.dashboard.series import Sample
 from delayq.embedded import EmbeddedRedis
 
 RESULTS = Path(__file__).parent / "results"
@@ -85,13 +92,13 @@ async def stats_rounds(url: str, prefix: str, rounds: int) -> dict[str, Any]:
     }
 
 
-def http_times(base: str, requests: int) -> dict[str, Any]:
+def http_times(base: str, requests: int, path: str = "/") -> dict[str, Any]:
     times = []
     with httpx.Client(base_url=base) as client:
-        client.get("/").raise_for_status()
+        client.get(path).raise_for_status()
         for _ in range(requests):
             start = time.perf_counter()
-            response = client.get("/")
+            response = client.get(path)
             times.append((time.perf_counter() - start) * 1000)
             response.raise_for_status()
     return {**figures(times), "bytes": len(response.content)}
@@ -120,12 +127,158 @@ def browser_times(base: str, loads: int) -> dict[str, Any] | None:
     return {**figures(times), "rows": rows}
 
 
+def fill_many(url: str, queues: int, prefix: str) -> None:
+    """Many small queues on one connection: 3 delayed tasks each, one dead task in 1 of 50."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    for i in range(queues):
+        q = DelayQueue(f"queue-{i:04d}", client, prefix=prefix)
+        q.offer_many([({"n": n, "note": "x" * 40}, 600 + n) for n in range(3)])
+        if i % 50 == 0:
+            q.offer({"dead": i}, delay=0)
+            for task in q.poll_many(1):
+                q.reject(task, "RuntimeError: bench: dead on purpose")
+        q.close()
+    client.close()
+
+
+def many(server: EmbeddedRedis, queues: int, requests: int) -> dict[str, Any]:
+    prefix = "many"
+    fill_many(server.url, queues, prefix)
+    result: dict[str, Any] = {"queues": queues}
+    warm = Settings(redis_url=server.url, prefix=prefix, sample_interval_s=5.0)
+    with running(warm) as base:
+        wait_for_sampler(base)
+        result["warm"] = http_times(base, requests)
+        result["warm_page_2"] = http_times(base, max(5, requests // 5), "/?page=2")
+    # No sampler, and a summary older than 1 ms is stale: each request reads every queue.
+    cold = Settings(redis_url=server.url, prefix=prefix, sample_interval_s=0.001)
+    with running(cold, sampler=False) as base:
+        result["cold"] = http_times(base, max(5, requests // 2))
+    return result
+
+
+def wait_for_sampler(base: str) -> None:
+    """Until the sampler's first round is in (the page then says how much history it has)."""
+    deadline = time.monotonic() + 30
+    with httpx.Client(base_url=base) as client:
+        while "no samples yet" in client.get("/").text:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the dashboard's sampler did not run")
+            time.sleep(0.2)
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+async def memory(server: EmbeddedRedis, names: int, history_queues: int) -> dict[str, Any]:
+    import gc
+    import tracemalloc
+
+    prefix = "mem"
+    q = AsyncDelayQueue("real", server.url, prefix=prefix)
+    await q.offer({"x": 1}, delay=600)
+    await q.close()
+    app = create_app(Settings(redis_url=server.url, prefix=prefix))
+    board = app.state.dashboard
+    result: dict[str, Any] = {}
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+
+        async def request(first: int, count: int) -> None:
+            for start in range(first, first + count, 100):
+                batch = [client.get(f"/q/name-{i}") for i in range(start, start + 100)]
+                assert {r.status_code for r in await asyncio.gather(*batch)} == {404}
+
+        await request(0, 1000)  # warm-up
+        gc.collect()
+        tracemalloc.start()
+        traced0, rss0 = tracemalloc.get_traced_memory()[0], rss_bytes()
+        checkpoints = []
+        for done in range(0, names, names // 5):
+            await request(1000 + done, names // 5)
+            gc.collect()
+            checkpoints.append(
+                {
+                    "names": done + names // 5,
+                    "traced_growth_bytes": tracemalloc.get_traced_memory()[0] - traced0,
+                    "rss_growth_bytes": rss_bytes() - rss0,
+                }
+            )
+        tracemalloc.stop()
+        result["names"] = {"requested": names, "cached_queues": board.monitor.cached,
+                           "checkpoints": checkpoints}  # fmt: skip
+    await board.monitor.close()
+    # An hour of sampler rounds for many queues: the history's own memory.
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    history = board.history
+    lateness = {0.001: 0, 0.005: 0, 0.01: 0, 0.05: 0, 0.1: 0, 1.0: 0, float("inf"): 0}
+    for round_no in range(720):
+        t = 1_000_000.0 + 5 * round_no
+        samples = {
+            f"queue-{i:04d}": Sample(t, round_no * (i % 3), round_no * (i % 3), lateness)
+            for i in range(history_queues)
+        }
+        history.record(samples, t)
+    gc.collect()
+    result["history"] = {
+        "queues": history_queues,
+        "rounds": 720,
+        "tracked": len(history.queues),
+        "traced_bytes": tracemalloc.get_traced_memory()[0] - before,
+    }
+    tracemalloc.stop()
+    return result
+
+
+def print_many(result: dict[str, Any]) -> None:
+    print(f"{result['queues']} queues, main page over HTTP from uvicorn:")
+    for key in ("warm", "warm_page_2", "cold"):
+        f = result[key]
+        print(
+            f"  {key}: median {f['median_ms']} ms, p95 {f['p95_ms']} ms, max {f['max_ms']} ms "
+            f"({f['bytes']:,} bytes)"
+        )
+    verdict = result["warm"]["p95_ms"] <= 200
+    print("bar (main page with 2,000 queues <= 200 ms, p95 warm):", "met" if verdict else "MISSED")
+    result["bar_200ms_met"] = verdict
+
+
+def print_memory(result: dict[str, Any]) -> None:
+    names = result["names"]
+    print(f"{names['requested']:,} distinct queue names requested (after 1,000 warm-up):")
+    for c in names["checkpoints"]:
+        print(
+            f"  after {c['names']:>6,}: traced {c['traced_growth_bytes'] / 1e3:+,.0f} KB, "
+            f"RSS {c['rss_growth_bytes'] / 1e3:+,.0f} KB"
+        )
+    print(f"  queue objects cached: {names['cached_queues']}")
+    h = result["history"]
+    print(
+        f"history of {h['queues']:,} queues after {h['rounds']} rounds: {h['tracked']} tracked, "
+        f"{h['traced_bytes'] / 1e6:.1f} MB"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--queues", type=int, default=100)
+    parser.add_argument("--scenario", choices=("pages", "many", "memory"), default="pages")
+    parser.add_argument("--queues", type=int, default=None, help="100 (pages), 2000 (many)")
+    parser.add_argument("--names", type=int, default=10_000, help="names requested (memory)")
     parser.add_argument("--requests", type=int, default=50)
     parser.add_argument("--no-json", action="store_true", help="do not write the results file")
     args = parser.parse_args(argv)
+    if args.scenario != "pages":
+        return other_scenario(args)
+    args.queues = args.queues or 100
     server = EmbeddedRedis().start()
     prefix = "bench"
     try:
@@ -162,6 +315,28 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_json:
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / "dashboard.json").write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+def other_scenario(args: argparse.Namespace) -> int:
+    server = EmbeddedRedis().start()
+    try:
+        head: dict[str, Any] = {
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+            "redis": server.version,
+        }
+        if args.scenario == "many":
+            result = {**head, **many(server, args.queues or 2000, args.requests)}
+            print_many(result)
+        else:
+            result = {**head, **asyncio.run(memory(server, args.names, args.queues or 2000))}
+            print_memory(result)
+    finally:
+        server.stop()
+    if not args.no_json:
+        RESULTS.mkdir(exist_ok=True)
+        path = RESULTS / f"dashboard-{args.scenario}.json"
+        path.write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
 

@@ -38,12 +38,14 @@ def chromium_missing_reason() -> str | None:
 
 
 @contextmanager
-def running(settings: Settings) -> Iterator[str]:
-    """The dashboard served by uvicorn on a free port in a thread; yields its base URL."""
+def running(settings: Settings, *, sampler: bool = True) -> Iterator[str]:
+    """The dashboard served by uvicorn on a free port in a thread; yields its base URL.
+    Without ``sampler`` the lifespan (which runs the history sampler) is off."""
     port = free_port()
     config = uvicorn.Config(
-        create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on"
-    )
+        create_app(settings), host="127.0.0.1", port=port, log_level="warning",
+        lifespan="on" if sampler else "off",
+    )  # fmt: skip
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="dashboard-uvicorn", daemon=True)
     thread.start()

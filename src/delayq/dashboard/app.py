@@ -65,6 +65,10 @@ class Settings:
         security.check_token(self.token)
         if isinstance(self.allowed_hosts, str):
             raise ConfigError("allowed_hosts must be a tuple of names, not a string")
+        for name in ("sample_interval_s", "window_s", "bin_s", "redis_timeout_s"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not 0 < value < math.inf:
+                raise ConfigError(f"{name} must be a number > 0, got {value!r}")
         if not isinstance(self.history_queues, int) or self.history_queues < 0:
             raise ConfigError(f"history_queues must be an int >= 0, got {self.history_queues!r}")
 

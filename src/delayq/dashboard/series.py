@@ -94,14 +94,19 @@ class History:
 
     At most ``max_queues`` queues are tracked. The sampler's :meth:`record` forgets queues
     that left the registry; when every slot is taken, a queue whose counters moved takes the
-    slot of the tracked queue that has been idle the longest (a queue that is idle too waits
-    for a slot to free up). The total covers every queue, tracked or not."""
+    slot of the tracked queue that has been idle the longest, if that one has been idle for
+    ``evict_idle_s`` at least (so that charts of busy queues are not traded back and forth
+    when more queues are busy than there are slots). The total covers every queue."""
 
     def __init__(
-        self, window_s: float = 3600.0, interval_s: float = 5.0, max_queues: int = 200
+        self,
+        window_s: float = 3600.0,
+        interval_s: float = 5.0,
+        max_queues: int = 200,
+        evict_idle_s: float = 300.0,
     ) -> None:
         self.window_s = window_s
-        self.max_queues = max_queues
+        self.max_queues, self.evict_idle_s = max_queues, evict_idle_s
         self._maxlen = math.ceil(window_s / interval_s) + 2
         self._series: dict[str, deque[Sample]] = {}
         self._active: dict[str, float] = {}  # tracked queue -> when its counters last moved
@@ -129,27 +134,26 @@ class History:
         ``t``. Updates the total, the tracked series, and forgets queues not in ``samples``."""
         self._add_total(samples, t)
         self.keep_only(samples)
+        evictable: list[str] | None = None  # idlest last; worked out once per round
         for name, sample in samples.items():
-            if name not in self._series and not self._make_room(name, sample):
-                continue
+            if name not in self._series and len(self._series) >= self.max_queues:
+                if not self._moved(name, sample):
+                    continue
+                if evictable is None:
+                    idle = [n for n, a in self._active.items() if t - a >= self.evict_idle_s]
+                    evictable = sorted(idle, key=lambda n: (self._active[n], n), reverse=True)
+                if not evictable:
+                    continue
+                self._forget(evictable.pop())
             self.add(name, sample)
         self._last = dict(samples)
 
-    def _make_room(self, name: str, sample: Sample) -> bool:
-        if len(self._series) < self.max_queues:
-            return True
+    def _moved(self, name: str, sample: Sample) -> bool:
         before = self._last.get(name)
-        moved = before is not None and (before.delivered, before.acked) != (
+        return before is not None and (before.delivered, before.acked) != (
             sample.delivered,
             sample.acked,
         )
-        if not moved or not self._active:
-            return False
-        idlest = min(self._active, key=lambda n: (self._active[n], n))
-        if self._active[idlest] >= sample.t:
-            return False
-        self._forget(idlest)
-        return True
 
     def _add_total(self, samples: Mapping[str, Sample], t: float) -> None:
         previous = self._total[-1] if self._total else Sample(t, 0, 0, {})
