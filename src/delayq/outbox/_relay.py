@@ -102,8 +102,7 @@ class AsyncRelay:
         self._dsn = dsn
         self._redis = redis
         self._schema = Schema(table, schema)
-        self._claim = for_psycopg(self._schema.claim)
-        self._delete = for_psycopg(self._schema.delete)
+        self._claim_batch = self._schema.claim_batch(batch_size)
         self._bury = for_psycopg(self._schema.bury)
         self._batch = batch_size
         self._sweep_s = float(sweep_interval)
@@ -156,7 +155,9 @@ class AsyncRelay:
 
     async def relay_pending(self) -> int:
         """Relay what is pending now, once, and return the rows handled (no LISTEN)."""
-        conn = await self._psycopg.AsyncConnection.connect(self._dsn, application_name=self.name)
+        conn = await self._psycopg.AsyncConnection.connect(
+            self._dsn, autocommit=True, application_name=self.name
+        )
         try:
             return await self._drain(conn, stop_when_idle=True)
         finally:
@@ -187,7 +188,7 @@ class AsyncRelay:
         connect = self._psycopg.AsyncConnection.connect
         async with (
             await connect(self._dsn, autocommit=True, application_name=self.name) as listener,
-            await connect(self._dsn, application_name=self.name) as work,
+            await connect(self._dsn, autocommit=True, application_name=self.name) as work,
         ):
             # LISTEN before the first drain: a commit between the two is caught by either.
             await listener.execute(self._schema.listen)
@@ -230,28 +231,41 @@ class AsyncRelay:
             wake.set()
 
     async def _drain(self, conn: Any, *, stop_when_idle: bool = False) -> int:
-        """Claim, apply and delete batches until the table holds nothing this relay can take."""
+        """Claim, apply and delete batches until the table holds nothing this relay can take.
+
+        ``conn`` is in autocommit mode and the relay writes BEGIN and COMMIT itself, so that a
+        batch costs two round trips to the database: BEGIN, the claim's DECLARE and FETCH in
+        one (before Redis: this is the commit-to-task latency), then DELETE and COMMIT in one.
+        """
         handled = 0
         while not self._stopping or stop_when_idle:
-            async with conn.transaction():
-                async with conn.cursor(name="delayq_claim") as cur:
-                    await cur.execute(self._claim)
-                    fetched = await cur.fetchmany(self._batch)
-                    names = [c.name for c in cur.description]
-                rows = [dict(zip(names, r, strict=True)) for r in fetched]
-                if not rows:
-                    return handled
-                done, dead = await self._apply(rows)
-                if done:
-                    await conn.execute(self._delete, {"seqs": done})
+            try:
+                cur = await conn.execute(self._claim_batch)
+                while cur.description is None and cur.nextset():
+                    pass  # past BEGIN's and DECLARE's results to FETCH's rows
+                names = [c.name for c in cur.description]
+                rows = [dict(zip(names, r, strict=True)) for r in await cur.fetchall()]
+                done, dead = await self._apply(rows) if rows else ([], [])
                 for seq, error in dead:
                     await conn.execute(self._bury, {"seq": seq, "error": error[:4000]})
+                await conn.execute(self._schema.finish_claim(done))
+            except BaseException:
+                await self._rollback(conn)
+                raise
+            if not rows:
+                return handled
             self.stats.batches += 1
             self.stats.last_lag_s = max(float(r["age_s"]) for r in rows)
             handled += len(rows)
             if len(rows) < self._batch:
                 return handled
         return handled
+
+    async def _rollback(self, conn: Any) -> None:
+        """End a failed batch: its rows unlock for any relay. A broken connection needs no
+        rollback (the server ended the transaction) and is reported by the caller's error."""
+        with contextlib.suppress(self._psycopg.Error):
+            await conn.execute("ROLLBACK")
 
     # -- applying rows to Redis -------------------------------------------------------------
 

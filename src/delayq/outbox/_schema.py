@@ -19,6 +19,7 @@ rewrites them for psycopg. No statement contains ``%`` or a ``::`` cast.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -165,9 +166,20 @@ class Schema:
             "ORDER BY o.seq FOR UPDATE OF o SKIP LOCKED"
         )
 
-    @property
-    def delete(self) -> str:
-        return f"DELETE FROM {self.qualified} WHERE seq = ANY(:seqs)"
+    def claim_batch(self, batch: int) -> str:
+        """BEGIN, then :attr:`claim` as a cursor and its first ``batch`` rows: one round trip
+        (simple query protocol, no parameters; ``batch`` is an int)."""
+        return (
+            f"BEGIN; DECLARE delayq_claim NO SCROLL CURSOR FOR {self.claim}; "
+            f"FETCH FORWARD {int(batch)} FROM delayq_claim"
+        )
+
+    def finish_claim(self, seqs: Sequence[int]) -> str:
+        """Delete the relayed rows and commit, in one round trip (``seqs`` are ints)."""
+        if not seqs:
+            return "COMMIT"
+        listed = ", ".join(str(int(seq)) for seq in seqs)
+        return f"DELETE FROM {self.qualified} WHERE seq IN ({listed}); COMMIT"
 
     @property
     def bury(self) -> str:
