@@ -9,7 +9,7 @@ It creates a private database ``delayq_bench_<random>`` on the local PostgreSQL 
 (``--pg``, default ``postgresql://postgres@127.0.0.1:5432/postgres``), drops it at the end,
 and starts a private ``redis-server`` on a free port.
 
-- latency: one relay (``AsyncRelay`` in a thread of this process); the producer commits one
+- latency: one relay (``delayq relay``, a process of its own); the producer commits one
   offer per transaction, one at a time; the clock starts when ``commit`` returns and stops
   when a second connection sees the task in the queue's hash (polling ``HEXISTS`` back to
   back, ~30 us a round trip). Figures: p50, p90, p99, max.
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -41,9 +42,29 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
+def start_relay_process(dsn: str, url: str, table: str) -> subprocess.Popen[bytes]:
+    """``delayq relay`` in its own process, as it runs in production (in a thread of this
+    process it would share the GIL with the polling loop below)."""
+    name = f"bench-relay-{uuid.uuid4().hex[:6]}"
+    args = [sys.executable, "-m", "delayq.cli", "relay", "--dsn", dsn, "--redis", url]
+    args += ["--table", table, "--name", name, "--sweep-interval", "60"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while True:
+            found = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+            ).fetchone()
+            if found and found[0] >= 2:
+                return proc
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("the relay did not connect within 30 s")
+            time.sleep(0.05)
+
+
 def measure_latency(outbox: Outbox, dsn: str, url: str, table: str, samples: int) -> dict[str, Any]:
-    relay = Relay(dsn, url, table=table, sweep_interval=60).start()
-    assert relay.wait_connected(10)
+    relay = start_relay_process(dsn, url, table)
     probe = redis.Redis.from_url(url)
     tasks_key = DelayQueue("lat", url).keys.key("tasks")
     lat_ms: list[float] = []
@@ -59,7 +80,8 @@ def measure_latency(outbox: Outbox, dsn: str, url: str, table: str, samples: int
                 if i >= 50:  # the first ones warm the connections and caches
                     lat_ms.append((time.perf_counter() - start) * 1000)
     finally:
-        relay.stop()
+        relay.terminate()
+        relay.wait(10)
         probe.close()
     return {
         "samples": len(lat_ms),
