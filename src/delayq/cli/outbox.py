@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json as jsonlib
+import logging
 import signal
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
@@ -226,6 +227,9 @@ def relay(
     name: Annotated[
         str, typer.Option(metavar="NAME", help="application_name of its database sessions.")
     ] = "delayq-relay",
+    log_level: Annotated[
+        str, typer.Option(metavar="LEVEL", help="DEBUG, INFO, WARNING, ERROR.")
+    ] = "INFO",
 ) -> None:
     """Move committed outbox rows into their delayq queues, until SIGTERM or Ctrl-C.
 
@@ -235,7 +239,11 @@ def relay(
     """
     from .._core.urls import safe_url
     from ..outbox import AsyncRelay
+    from .app import CliError
 
+    level = logging.getLevelName(log_level.upper())
+    if not isinstance(level, int):
+        raise CliError(f"--log-level: unknown level {log_level!r}", code=2)
     outbox = _outbox(dsn, table, schema)  # validates the DSN and names before connecting
     relayer = AsyncRelay(
         dsn,
@@ -250,6 +258,10 @@ def relay(
         count = _run_db(lambda: asyncio.run(_relay_once(relayer)))
         _say(f"relayed {count} rows")
         return
+    # This command is the program: its log lines (outages, dead rows) go to stderr.
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     server = None
     if metrics_port is not None:
         from ..outbox._metrics import serve_relay_metrics

@@ -196,6 +196,7 @@ class AsyncRelay:
             listening = asyncio.create_task(self._listen(listener, wake))
             stopping = asyncio.create_task(self._stop_event.wait())
             self.connected.set()
+            log.info("outbox relay %s: listening on %r", self.name, self._schema.channel)
             self._db_backoff = _FIRST_BACKOFF_S  # connected: the next outage starts afresh
             redis_backoff = _FIRST_BACKOFF_S
             try:
