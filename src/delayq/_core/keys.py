@@ -45,6 +45,9 @@ class QueueKeys:
 
     prefix: str
     name: str
+    # On a cluster the channel is a shard channel (SSUBSCRIBE/SPUBLISH, one node per wake-up
+    # instead of every node); the scripts tell it by its role name, "sevents".
+    sharded_channel: bool = False
 
     def __post_init__(self) -> None:
         validate_name(self.name)
@@ -53,6 +56,8 @@ class QueueKeys:
 
     def key(self, role: str) -> str:
         """The full key name of ``role`` (one of :data:`KEY_ROLES`)."""
+        if role == "events" and self.sharded_channel:
+            role = "sevents"
         return f"{self.prefix}:{{{self.name}}}:{role}"
 
     @property

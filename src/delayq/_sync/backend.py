@@ -15,7 +15,7 @@ import redis as redis_lib
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
@@ -264,8 +264,7 @@ class Notifier:
                 conn = _new_connection(self._client, self._channel)
                 self._conn = conn
                 conn.connect()
-                conn.send_command("SUBSCRIBE", self._channel)
-                conn.read_response(push_request=True)  # the subscribe confirmation
+                kind = _subscribe(conn, self._channel)
                 self._subscribed.set()
                 if not first:
                     log.info("delayq: resubscribed to %s", self._channel)
@@ -274,8 +273,12 @@ class Notifier:
                 while not self._stop.is_set():
                     if conn.can_read(timeout=30.0):
                         message = conn.read_response(push_request=True)
-                        if message and _str(message[0]) == "message":
+                        if not message:
+                            continue
+                        if _str(message[0]) == kind:
                             self._push(due_of(message[2]))
+                        elif _str(message[0]) == "sunsubscribe":  # the slot moved elsewhere
+                            raise RedisConnectionError(f"{self._channel} moved to another node")
             except Exception as exc:  # after close() the socket dies under us: any error
                 if self._stop.is_set():
                     break
@@ -286,6 +289,9 @@ class Notifier:
                         "delayq: listener on %s lost Redis (%s); retrying", self._channel, exc
                     )
                 self._push(None)
+                if is_cluster(self._client):  # the node may be gone: ask who serves the slot
+                    with contextlib.suppress(Exception):
+                        refresh_topology(resolve(self._client))
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
             finally:
@@ -310,12 +316,27 @@ class Notifier:
         self._push(None)  # waiters look at the queue again, and find it closed
 
 
+def _subscribe(conn: Any, channel: str) -> str:
+    """Subscribe ``conn`` to ``channel``; the type of the messages it will get. A shard
+    channel (a cluster queue's) takes SSUBSCRIBE, or SUBSCRIBE on Redis 6.2, which has none."""
+    if channel.endswith(":sevents"):
+        conn.send_command("SSUBSCRIBE", channel)
+        try:
+            conn.read_response(push_request=True)  # the confirmation
+            return "smessage"
+        except ResponseError as exc:  # "unknown command": its scripts PUBLISH instead
+            log.debug("delayq: no sharded pub/sub here (%s); subscribing to %s", exc, channel)
+    conn.send_command("SUBSCRIBE", channel)
+    conn.read_response(push_request=True)
+    return "message"
+
+
 def _new_connection(client: Any, channel: str) -> Any:
     """A fresh connection, outside the pool's bookkeeping, to the node serving ``channel``."""
     client = resolve(client)
     pool = getattr(client, "connection_pool", None)
-    if pool is None:  # RedisCluster: any node hears every PUBLISH; take the channel's node
-        pool = client.get_node_from_key(channel).redis_connection.connection_pool
+    if pool is None:  # RedisCluster: the node of the channel's slot (a shard channel's home)
+        pool = client.get_redis_connection(client.get_node_from_key(channel)).connection_pool
     # Built from the pool's settings but outside its bookkeeping: make_connection() would
     # count it against max_connections for good.
     return pool.connection_class(**pool.connection_kwargs)

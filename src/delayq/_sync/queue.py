@@ -7,6 +7,7 @@ The sync ``DelayQueue`` in ``_sync/queue.py`` is generated from this file by
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any, Generic, NamedTuple, cast
 
 from .._core import protocol, sharding
 from .._core.codecs import PayloadT, PayloadType, check_codec
+from .._core.connection import Topology
 from .._core.durability import Durability
 from .._core.envelope import EnvelopeCodec
 from .._core.keys import QueueKeys
@@ -239,6 +241,10 @@ class DelayQueue(Generic[PayloadT]):
         # How long a call's receipt lives, so that a resend is answered from it: longer than
         # any retry of ours (reconnect_timeout) plus redis-py's own.
         self._receipt_ms = int(self._runner.reconnect_s * 1000) + 5000
+        if self._runner.topology is Topology.CLUSTER:  # wake-ups on the slot's node only
+            self._keys = dataclasses.replace(self._keys, sharded_channel=True)
+            self._key_list = self._keys.all
+            self._offer_one_keys = self._keys.offer_one
         self._notifier = backend.Notifier(self._runner.client, self._keys.channel)
         self._quiet: _Quiet | None = None
         self._registered = False

@@ -34,9 +34,13 @@ end
 
 -- Wake sleeping consumers only when the earliest due time moved earlier; the message is a
 -- hint (consumers also re-check on their own), so losing it delays but never stalls.
+-- On a cluster the channel is a shard channel (its name ends in ':sevents', see keys.py):
+-- SPUBLISH reaches only the slot's node, where PUBLISH goes to every node. Redis 6.2 has no
+-- sharded pub/sub (nor REDIS_VERSION_NUM), and its subscribers fall back to SUBSCRIBE.
 local function announce_if_earlier(new_min, old_head)
   if new_min and (not old_head or new_min < old_head) then
-    redis.call('PUBLISH', K_EVENTS, fmt(ms_of(new_min)))
+    local sharded = redis.REDIS_VERSION_NUM and string.sub(K_EVENTS, -8) == ':sevents'
+    redis.call(sharded and 'SPUBLISH' or 'PUBLISH', K_EVENTS, fmt(ms_of(new_min)))
   end
 end
 

@@ -22,6 +22,8 @@ redis.call('ZADD', KEYS[1], string.format('%.0f', score), id)
 redis.call('HINCRBY', KEYS[3], 'offered', 1)
 -- the new head: ZRANK after the write costs less than reading the old head's score before
 if redis.call('ZRANK', KEYS[1], id) == 0 then
-  redis.call('PUBLISH', KEYS[4], string.format('%.0f', due))
+  -- a shard channel on a cluster (see announce_if_earlier in _lib.lua)
+  local sharded = redis.REDIS_VERSION_NUM and string.sub(KEYS[4], -8) == ':sevents'
+  redis.call(sharded and 'SPUBLISH' or 'PUBLISH', KEYS[4], string.format('%.0f', due))
 end
 return 1
