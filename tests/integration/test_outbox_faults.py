@@ -54,6 +54,16 @@ def started(relay: Relay) -> Relay:
     return relay
 
 
+def waiting_on_lock(dsn: str, application_name: str) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+            "AND wait_event_type = 'Lock'",
+            (application_name,),
+        ).fetchone()
+        return bool(row and row[0])
+
+
 def exact(queue: DelayQueue, url: str, ids: list[str], already: int = 0) -> None:
     """The queue holds exactly ``ids``, each created once."""
     assert len(set(ids)) == len(ids)
@@ -65,14 +75,17 @@ def test_relay_sigkilled_mid_batch_then_restarted(
     outbox: Outbox, orders: DelayQueue, pg_dsn: str, table: str, redis_url: str
 ) -> None:
     ids = offer_committed(outbox, pg_dsn, 300)
-    # A SHARE lock lets the relay claim rows and offer them, and makes its DELETE wait: the
-    # relay is held exactly between Redis's reply and its database commit when it is killed.
+    # A SHARE lock lets the relay claim rows and offer them, and makes its DELETE wait. The
+    # relay is then killed and its session ended before the DELETE and COMMIT it sent could
+    # run: from the database's side, it died between Redis's reply and its commit.
     with psycopg.connect(pg_dsn) as blocker:
         blocker.execute(f'LOCK TABLE "{table}" IN SHARE MODE')
-        with relay_process(pg_dsn, redis_url, table, "--batch-size", "100") as proc:
+        with relay_process(pg_dsn, redis_url, table, "--batch-size", "100", name="kill-me") as proc:
             wait_until(lambda: len(live_ids(orders, redis_url)) == 100)
+            wait_until(lambda: waiting_on_lock(pg_dsn, "kill-me"))
             proc.kill()
             proc.wait(10)
+            assert terminate_backends(pg_dsn, "kill-me") >= 1  # the one waiting on the lock
         blocker.rollback()
     assert pending(pg_dsn, table) == 300  # the killed batch committed nothing
     with relay_process(pg_dsn, redis_url, table, "--batch-size", "100"):
