@@ -26,6 +26,7 @@ from delayq import (
     Worker,
 )
 from delayq._core import sharding
+from delayq._sync.sharded import finish_reshard, reshard
 from delayq.embedded import EmbeddedCluster
 from delayq.metrics import QueueCollector
 
@@ -252,3 +253,82 @@ def test_exporter_and_cli_show_the_logical_queue_with_its_shards(
     assert out.returncode == 0, out.stderr
     (row,) = json.loads(out.stdout)
     assert row["delayed"] == 40
+
+
+# -- resharding a live queue ----------------------------------------------------------------
+
+
+def test_reshard_a_plain_queue_live(make_queue, redis_server, prefix, client) -> None:
+    old = make_queue("orders")
+    old_ids = old.offer_many([(n, 0.5) for n in range(50)])
+    held = old.offer("held by key", delay=60, key="close:42")
+    assert reshard("orders", redis_server.url, shards=4, prefix=prefix) == "4<0"
+    assert client.hget(f"{prefix}:shards", "orders") == b"4<0"
+    with pytest.raises(ConfigError, match="open it with shards=4"):
+        make_queue("orders").offer(1, delay=1)
+    q = make_queue("orders", shards=4, visibility_timeout=5)
+    # A dedup key still live in the old layout stays there: dedup holds across the move.
+    assert q.offer("again", delay=60, key="close:42") == held
+    assert q.get(held) is not None and q.get(old_ids[0]) is not None
+    new_ids = q.offer_many([(n, 0) for n in range(20)])
+    assert q.stats().total == 71  # both layouts counted
+    with pytest.raises(ConfigError, match="still in the previous layout"):
+        finish_reshard("orders", redis_server.url, prefix=prefix)
+    got: Counter[str] = Counter()
+    while sum(got.values()) < 70:
+        batch = q.poll_many(50, timeout=3)
+        assert batch, "both layouts drain"
+        got.update(t.id for t in batch)
+        assert all(q.ack_many(batch))
+    assert set(got) == {*old_ids, *new_ids} and max(got.values()) == 1
+    assert q.cancel(held)  # found in the old layout by id
+    assert finish_reshard("orders", redis_server.url, prefix=prefix) == "4"
+    assert client.hget(f"{prefix}:shards", "orders") == b"4"
+    with pytest.raises(ConfigError, match="not being resharded"):
+        finish_reshard("orders", redis_server.url, prefix=prefix)
+
+
+def test_reshard_sharded_to_more_shards_with_a_worker_running(
+    make_queue, redis_server, prefix
+) -> None:
+    q4 = make_queue("promo", shards=4)
+    before = q4.offer_many([(n, 0.3) for n in range(200)])
+    reshard("promo", redis_server.url, shards=8, prefix=prefix)
+    with pytest.raises(ConfigError, match="already being resharded"):
+        reshard("promo", redis_server.url, shards=16, prefix=prefix)
+    q8 = make_queue("promo", shards=8, visibility_timeout=5)
+    done: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def handle(task) -> None:
+        with lock:
+            done[task.id] += 1
+
+    worker = Worker(q8, handle, concurrency=4)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        after = q8.offer_many([(n, 0) for n in range(200)])
+        wait_until(lambda: len(done) == 400, timeout=20)
+    finally:
+        worker.stop()
+        thread.join(20)
+    assert set(done) == {*before, *after} and max(done.values()) == 1
+    wait_until(lambda: q8.stats().total == 0, timeout=10)
+    assert finish_reshard("promo", redis_server.url, prefix=prefix) == "8"
+
+
+def test_reshard_command(make_queue, redis_server, prefix) -> None:
+    make_queue("mail").offer("x", delay=60)
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    base = ["--redis", redis_server.url, "--prefix", prefix]
+    started = subprocess.run(
+        [*CLI, "reshard", "mail", "--shards", "2", *base], capture_output=True, text=True, env=env
+    )
+    assert started.returncode == 0, started.stderr
+    assert "resharding from unsharded to 2" in started.stdout
+    refused = subprocess.run(
+        [*CLI, "reshard", "mail", "--finish", *base], capture_output=True, text=True, env=env
+    )
+    assert refused.returncode != 0 and "1 task(s) still" in refused.stderr
+    assert "Traceback" not in refused.stderr

@@ -11,6 +11,7 @@ import binascii
 import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ..exceptions import ConfigError
 from .keys import validate_name
@@ -65,12 +66,42 @@ def id_for_shard(shard: int, shards: int, draw: Callable[[], str]) -> str:
             return task_id
 
 
-def recorded_count(value: object) -> int | None:
-    """The shard count stored in Redis for a queue (``None`` if none is)."""
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """How a queue's tasks are laid out, as Redis records it: ``shards`` sub-queues, and,
+    while a reshard is under way, the ``previous`` layout that consumers still drain (0 is an
+    unsharded queue, under its own name)."""
+
+    shards: int
+    previous: int | None = None
+
+    def encode(self) -> str:
+        return str(self.shards) if self.previous is None else f"{self.shards}<{self.previous}"
+
+    def names(self, name: str) -> list[str]:
+        """Every sub-queue holding the queue's tasks: the current layout's, then the previous
+        one's."""
+        names = shard_names(name, self.shards)
+        if self.previous is not None:
+            names += [name] if self.previous == 0 else shard_names(name, self.previous)
+        return names
+
+
+def recorded_layout(value: object) -> Layout | None:
+    """The layout stored in Redis for a queue (``None`` if none is: an unsharded queue)."""
     if value is None:
         return None
     text = value.decode() if isinstance(value, bytes) else str(value)
-    return int(text) if text.isdigit() else None
+    current, _, previous = text.partition("<")
+    if not current.isdigit() or (previous and not previous.isdigit()):
+        return None
+    return Layout(int(current), int(previous) if previous else None)
+
+
+def recorded_count(value: object) -> int | None:
+    """The shard count stored in Redis for a queue (``None`` if none is)."""
+    layout = recorded_layout(value)
+    return None if layout is None else layout.shards
 
 
 def shards_key(prefix: str) -> str:

@@ -69,20 +69,18 @@ class ShardedQueue(DelayQueue[PayloadT]):
             wait_s=durability.timeout if isinstance(durability, Durability) else 0.0,
         )
         self._bell = backend.Bell()
+        self._part_options = {
+            "prefix": prefix,
+            "reconnect_timeout": reconnect_timeout,
+            "durability": durability,
+            **options,
+        }
         # A bad option raises here, before anything connects (the client connects lazily).
-        self._parts: list[DelayQueue[PayloadT]] = []
-        for sub in names:
-            part: DelayQueue[PayloadT] = DelayQueue(
-                sub,
-                self._runner,
-                prefix=prefix,
-                reconnect_timeout=reconnect_timeout,
-                durability=durability,
-                **options,
-            )
-            part._ring(self._bell)
-            part._registered = True  # the logical queue registers, not its shards
-            self._parts.append(part)
+        self._parts = [self._part(sub) for sub in names]
+        # While a reshard is under way: the previous layout's sub-queues, drained by
+        # consumers, no longer offered to (see _register and reshard()).
+        self._old_parts: list[DelayQueue[PayloadT]] = []
+        self._previous: int | None = None
         first = self._parts[0]
         self._codec = first._codec
         self._dedup = first._dedup
@@ -92,6 +90,17 @@ class ShardedQueue(DelayQueue[PayloadT]):
         self._closed = False
 
     # -- the shards -------------------------------------------------------------------------
+
+    def _part(self, sub: str) -> DelayQueue[PayloadT]:
+        part: DelayQueue[PayloadT] = DelayQueue(sub, self._runner, **self._part_options)
+        part._ring(self._bell)
+        part._registered = True  # the logical queue registers, not its shards
+        return part
+
+    @property
+    def _every_part(self) -> list[DelayQueue[PayloadT]]:
+        """The sub-queues that may hold tasks: the current layout's and a previous one's."""
+        return self._parts + self._old_parts
 
     @property
     def shards(self) -> int:
@@ -117,34 +126,54 @@ class ShardedQueue(DelayQueue[PayloadT]):
         if self._closed:
             return
         self._closed = True
-        for part in self._parts:
+        for part in self._every_part:
             part.close()
         if self._owns_runner:
             self._runner.close()
 
     def _register(self) -> None:
         """Record the shard count in Redis (the first opener's count holds) and refuse to
-        work with another one: its tasks would be looked for on the wrong shards."""
+        work with another one: its tasks would be looked for on the wrong shards. While a
+        reshard is under way, also open the previous layout's sub-queues."""
         if self._registered:
             return
         self._check_open()
         counts = sharding.shards_key(self._keys.prefix)
         self._runner.command("HSETNX", counts, self.name, len(self._parts))
-        recorded = sharding.recorded_count(self._runner.command("HGET", counts, self.name))
-        if recorded != len(self._parts):
+        layout = sharding.recorded_layout(self._runner.command("HGET", counts, self.name))
+        if layout is None or layout.shards != len(self._parts):
+            recorded = layout.shards if layout is not None else None
             raise ConfigError(
                 f"queue {self.name!r} has {recorded} shards in Redis, not {len(self._parts)}: "
                 f"open it with shards={recorded} (or reshard it)"
             )
+        if layout.previous is not None and self._previous is None:
+            self._previous = layout.previous
+            self._old_parts = [
+                self._part(sub) for sub in layout.names(self.name)[len(self._parts) :]
+            ]
         self._runner.command("SADD", self._keys.registry, self.name)
         self._registered = True
 
     def _home(self, task_id: str) -> DelayQueue[PayloadT]:
         return self._parts[sharding.shard_of(protocol.check_id(task_id), len(self._parts))]
 
-    def _others(self, task_id: str) -> list[DelayQueue[PayloadT]]:
-        home = self._home(task_id)
-        return [part for part in self._parts if part is not home]
+    def _searched(self, task_id: str) -> list[DelayQueue[PayloadT]]:
+        """Where to look for a task by id: its shard first (where every id drawn here routes),
+        then the previous layout's shard for it, then the rest."""
+        first = [self._home(task_id)]
+        if self._old_parts:
+            first.append(self._old_parts[sharding.shard_of(task_id, len(self._old_parts))])
+        return first + [part for part in self._every_part if not any(part is f for f in first)]
+
+    def _keyed_part(self, key: str, shard: int) -> DelayQueue[PayloadT]:
+        """The sub-queue for an offer with ``key``: its shard, unless a reshard is under way
+        and the previous layout's shard for the key holds it (so dedup still holds)."""
+        if self._old_parts:
+            old = self._old_parts[sharding.shard_of(key, len(self._old_parts))]
+            if self._runner.command("HEXISTS", old.keys.key("keys"), key):
+                return old
+        return self._parts[shard]
 
     def _route(self, offer: Offer) -> tuple[int, str]:
         """The shard of an offer and the id to give it if it has none."""
@@ -174,10 +203,10 @@ class ShardedQueue(DelayQueue[PayloadT]):
         """Schedule ``payload`` on its shard; see :meth:`DelayQueue.offer`."""
         offer = Offer(payload, delay, at, key, id, priority, headers, ttl, key_ttl)
         shard, new_id = self._route(offer)
-        part = self._parts[shard]
-        spec = build_offer(part._codec, offer, new_id)
-        mode = part._offer_mode(dedup)
+        spec = build_offer(self._codec, offer, new_id)
+        mode = self._offer_mode(dedup)
         self._register()
+        part = self._parts[shard] if key is None else self._keyed_part(key, shard)
         return check_conflicts(part._write_offers(mode, [spec], [id is None]))[0]
 
     def offer_many(
@@ -187,6 +216,9 @@ class ShardedQueue(DelayQueue[PayloadT]):
         items = list(items)
         mode = self._offer_mode(dedup)
         count = len(self._parts)
+        if not items:
+            return []
+        self._register()
         groups: dict[int, tuple[list[int], list[OfferSpec], list[bool]]] = {}
         if all(type(item) is tuple and len(item) == 2 for item in items):  # the common call
             ids = protocol.new_task_ids(len(items)) if items else []
@@ -207,23 +239,24 @@ class ShardedQueue(DelayQueue[PayloadT]):
                         f"offer_many items are (payload, delay) or Offer, not {item!r}"
                     )
                 shard, new_id = self._route(offer)
+                if offer.key is not None and self._old_parts:
+                    part = self._keyed_part(offer.key, shard)
+                    shard = next(i for i, p in enumerate(self._every_part) if p is part)
                 group = groups.setdefault(shard, ([], [], []))
                 group[0].append(i)
                 group[1].append(build_offer(self._codec, offer, new_id))
                 group[2].append(offer.id is None)
-        if not items:
-            return []
-        self._register()
         results: list[TaskId] = [TaskId("")] * len(items)
         for shard, (positions, specs, drawn) in sorted(groups.items()):
-            written = self._parts[shard]._write_offers(mode, specs, drawn)
+            written = self._every_part[shard]._write_offers(mode, specs, drawn)
             for position, task_id in zip(positions, written, strict=True):
                 results[position] = task_id
         return check_conflicts(results)
 
     def cancel(self, task_id: str) -> bool:
         """Remove a task that is still waiting; see :meth:`DelayQueue.cancel`."""
-        for part in [self._home(task_id), *self._others(task_id)]:
+        self._register()
+        for part in self._searched(task_id):
             if part.cancel(task_id):
                 return True
         return False
@@ -232,7 +265,8 @@ class ShardedQueue(DelayQueue[PayloadT]):
         self, task_id: str, delay: Duration | None = None, *, at: datetime | float | None = None
     ) -> bool:
         """Move a waiting task's due time; see :meth:`DelayQueue.reschedule`."""
-        for part in [self._home(task_id), *self._others(task_id)]:
+        self._register()
+        for part in self._searched(task_id):
             if part.reschedule(task_id, delay, at=at):
                 return True
         return False
@@ -241,7 +275,8 @@ class ShardedQueue(DelayQueue[PayloadT]):
 
     def get(self, task_id: str) -> TaskInfo | None:
         """A snapshot of the task, or None; see :meth:`DelayQueue.get`."""
-        for part in [self._home(task_id), *self._others(task_id)]:
+        self._register()
+        for part in self._searched(task_id):
             info = part.get(task_id)
             if info is not None:
                 return info
@@ -250,11 +285,12 @@ class ShardedQueue(DelayQueue[PayloadT]):
     def stats(self) -> Stats:
         """The shards' counts summed (each shard read atomically, all in one round trip per
         Redis node); ``Stats.shards`` has each shard's own."""
-        self._check_open()
-        calls = [(Op.STATS, part.keys.all, [part._overdue_ms]) for part in self._parts]
+        self._register()
+        every = self._every_part
+        calls = [(Op.STATS, part.keys.all, [part._overdue_ms]) for part in every]
         replies = self._runner.many(calls)
         parts = []
-        for part, reply in zip(self._parts, replies, strict=True):
+        for part, reply in zip(every, replies, strict=True):
             if isinstance(reply, Exception):
                 raise reply
             parts.append(protocol.stats_from_reply(part.name, reply))
@@ -264,27 +300,29 @@ class ShardedQueue(DelayQueue[PayloadT]):
         """Dead-lettered tasks of every shard, oldest first."""
         if not isinstance(limit, int) or not isinstance(offset, int) or limit < 0 or offset < 0:
             raise ConfigError(f"limit and offset must be ints >= 0, got {limit!r}, {offset!r}")
+        self._register()
         rows: list[DeadTask] = []
-        for part in self._parts:
+        for part in self._every_part:
             rows += part.dead(offset + limit, 0)
         rows.sort(key=lambda row: row.dead_at)
         return rows[offset : offset + limit]
 
     def requeue_dead(self, task_id: str | None = None) -> int:
         """Put dead tasks back; see :meth:`DelayQueue.requeue_dead`."""
+        self._register()
         if task_id is not None:
-            moved = self._home(task_id).requeue_dead(task_id)
-            for part in self._others(task_id) if not moved else []:
+            for part in self._searched(task_id):
                 moved = part.requeue_dead(task_id)
                 if moved:
-                    break
-            return moved
-        return sum([part.requeue_dead() for part in self._parts])
+                    return moved
+            return 0
+        return sum([part.requeue_dead() for part in self._every_part])
 
     def tasks(self, state: TaskState | str, limit: int = 100, offset: int = 0) -> list[TaskInfo]:
         """One page of the tasks in ``state`` over every shard, in the order they leave it."""
+        self._register()
         rows: list[TaskInfo] = []
-        for part in self._parts:
+        for part in self._every_part:
             rows += part.tasks(state, offset + limit, 0)
         rows.sort(key=_leaving_order)
         return rows[offset : offset + limit]
@@ -292,7 +330,8 @@ class ShardedQueue(DelayQueue[PayloadT]):
     def purge(self, states: Iterable[TaskState | str] | TaskState | str = ("dead",)) -> int:
         """Delete every task in ``states`` on every shard; see :meth:`DelayQueue.purge`."""
         wanted = [states] if isinstance(states, str) else list(states)
-        return sum([part.purge(wanted) for part in self._parts])
+        self._register()
+        return sum([part.purge(wanted) for part in self._every_part])
 
     # -- consuming --------------------------------------------------------------------------
 
@@ -303,13 +342,14 @@ class ShardedQueue(DelayQueue[PayloadT]):
         self._check_open()
         self._register()
         deadline = None if timeout is None else backend.monotonic() + timeout
-        for part in self._parts:
+        every = self._every_part
+        for part in every:
             part._notifier.start()
-        shards = len(self._parts)
+        shards = len(every)
         while True:
             for step in range(shards):
                 index = (self._turn + step) % shards
-                part = self._parts[index]
+                part = every[index]
                 until = part._quiet_until()
                 if until is None or until <= backend.monotonic():
                     tasks = part._poll(count, 0.0)
@@ -319,10 +359,10 @@ class ShardedQueue(DelayQueue[PayloadT]):
             now = backend.monotonic()
             if deadline is not None and now >= deadline:
                 return []
-            wakes = [part._quiet_until() for part in self._parts]
+            wakes = [part._quiet_until() for part in every]
             wake_at = min(now if w is None else w for w in wakes)
             until = wake_at if deadline is None else min(wake_at, deadline)
-            marks = [part._notifier.mark() for part in self._parts]
+            marks = [part._notifier.mark() for part in every]
             slack = backend.TIMER_SLACK if until == wake_at else 0.0
             remaining = until - backend.monotonic() - slack
             if remaining > 0 and self._bell.wait(self._news_since(marks), remaining):
@@ -331,7 +371,7 @@ class ShardedQueue(DelayQueue[PayloadT]):
 
     def _news_since(self, marks: list[int]) -> Callable[[], bool]:
         """Whether any shard's channel announced something since ``marks``."""
-        parts = self._parts
+        parts = self._every_part
         return lambda: any(p._notifier.mark() != m for p, m in zip(parts, marks, strict=True))
 
     def ack(self, task: Task) -> None:
@@ -373,7 +413,7 @@ class ShardedQueue(DelayQueue[PayloadT]):
 
     def _part_of(self, task: Task) -> DelayQueue[PayloadT]:
         part = task.queue
-        if part is None or not any(part is p for p in self._parts):
+        if part is None or not any(part is p for p in self._every_part):
             raise InvalidTaskError(f"task {task.id} was not delivered by queue {self.name!r}")
         return part
 
@@ -384,3 +424,64 @@ def _leaving_order(info: TaskInfo) -> tuple[float, int]:
 
 
 DelayQueue._sharded_class = ShardedQueue
+
+
+def reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "dq") -> str:
+    """Start moving queue ``name`` (sharded or not) to ``shards`` sub-queues, live.
+
+    Nothing is copied: Redis records the new layout with the old one beside it. Queues opened
+    with ``shards=<new count>`` offer to the new layout only (a dedup key still live in the
+    old layout stays there) and consume from both, so the old sub-queues drain at their tasks'
+    due times; queues opened with the old count refuse to open. Run consumers with the new
+    count first, then producers; when the old layout is empty, :func:`finish_reshard`.
+    Returns the recorded layout (``"<new>\\<<old>"``, 0 for an unsharded queue).
+    """
+    count = sharding.check_shards(shards)
+    sharding.shard_names(name, count)  # validates the name for a sharded queue
+    keys = QueueKeys(prefix, name)
+    conn = runner.connect(redis, "delayq-reshard", label=name)
+    try:
+        field = sharding.shards_key(prefix)
+        layout = sharding.recorded_layout(conn.command("HGET", field, name))
+        if layout is not None and layout.previous is not None:
+            raise ConfigError(
+                f"queue {name!r} is already being resharded ({layout.previous} -> "
+                f"{layout.shards} shards): finish that first"
+            )
+        old = layout.shards if layout is not None else 0
+        if old == count:
+            raise ConfigError(f"queue {name!r} already has {count} shards")
+        new = sharding.Layout(count, old)
+        conn.command("HSET", field, name, new.encode())
+        conn.command("SADD", keys.registry, name)
+        return new.encode()
+    finally:
+        conn.close()
+
+
+def finish_reshard(name: str, redis: Any = None, *, prefix: str = "dq") -> str:
+    """End a reshard of ``name`` once its previous layout holds no task; returns the layout.
+    Raises :class:`ConfigError` while any task is left there (say how many)."""
+    conn = runner.connect(redis, "delayq-reshard", label=name)
+    try:
+        field = sharding.shards_key(prefix)
+        layout = sharding.recorded_layout(conn.command("HGET", field, name))
+        if layout is None or layout.previous is None:
+            raise ConfigError(f"queue {name!r} is not being resharded")
+        old = layout.names(name)[layout.shards :]
+        calls = [(Op.STATS, QueueKeys(prefix, sub).all, [1000]) for sub in old]
+        left = 0
+        for reply in conn.many(calls):
+            if isinstance(reply, Exception):
+                raise reply
+            left += protocol.stats_from_reply(name, reply).total
+        if left:
+            raise ConfigError(
+                f"queue {name!r}: {left} task(s) still in the previous layout "
+                f"({layout.previous} shards); they drain at their due times"
+            )
+        done = sharding.Layout(layout.shards)
+        conn.command("HSET", field, name, done.encode())
+        return done.encode()
+    finally:
+        conn.close()
