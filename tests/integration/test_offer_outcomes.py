@@ -174,6 +174,6 @@ async def test_the_same_caller_id_twice_with_the_same_content_in_one_call(queue)
 def test_task_ids_survive_pickling_and_say_what_they_are() -> None:
     task_id = TaskId("abc", OfferOutcome.REPLACED)
     back = pickle.loads(pickle.dumps(task_id))
-    assert type(back) is TaskId and back == "abc" and back.outcome is OfferOutcome.REPLACED
+    assert isinstance(back, TaskId) and back == "abc" and back.outcome is OfferOutcome.REPLACED
     assert repr(task_id) == "TaskId('abc', outcome='replaced')"
     assert TaskId("abc").created and str(task_id) == "abc"

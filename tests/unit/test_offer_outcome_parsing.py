@@ -45,6 +45,6 @@ def test_a_whole_call_is_read_in_order_and_created_ids_are_full_task_ids() -> No
     specs = [OfferSpec(i, "d0", b'="x"') for i in ("a", "b", "c", "d")]
     replies = [("a", 1), ("holder", 0), ("c", 0), ("d", 2)]
     ids = task_ids_of(replies, specs, [True, True, True, True])
-    assert ids == ["a", "holder", "c", "d"] and all(type(i) is TaskId for i in ids)
+    assert ids == ["a", "holder", "c", "d"] and all(isinstance(i, TaskId) for i in ids)
     assert [i.outcome.value for i in ids] == ["created", "existing", "created", "replaced"]
     assert pickle.loads(pickle.dumps(ids[0])).outcome is OfferOutcome.CREATED
