@@ -106,11 +106,8 @@ class QueueCollector(Collector):
         names = self.names()
         if not names:
             return []
-        counts = self._shard_counts()
-        parts = {
-            name: sharding.shard_names(name, counts[name]) if name in counts else [name]
-            for name in names
-        }
+        counts = self._layouts()
+        parts = {name: counts[name].names(name) if name in counts else [name] for name in names}
         subs = [sub for name in names for sub in parts[name]]
         calls = [(Op.STATS, self._queue_keys(sub), [self._overdue_ms]) for sub in subs]
         replies = iter(self._runner.many(calls))
@@ -125,15 +122,16 @@ class QueueCollector(Collector):
             result.append(sharding.merged_stats(name, read) if name in counts else read[0])
         return result
 
-    def _shard_counts(self) -> dict[str, int]:
-        """Logical queue name -> shard count, as Redis recorded them (one HGETALL)."""
+    def _layouts(self) -> dict[str, sharding.Layout]:
+        """Sharded queue name -> its layout (a reshard's previous one included), as Redis
+        recorded them (one HGETALL)."""
         raw = self._runner.command("HGETALL", sharding.shards_key(self.prefix))
-        counts = {}
+        layouts = {}
         for name, value in raw.items():
-            count = sharding.recorded_count(value)
-            if count is not None:
-                counts[bytes(name).decode(errors="replace")] = count
-        return counts
+            layout = sharding.recorded_layout(value)
+            if layout is not None:
+                layouts[bytes(name).decode(errors="replace")] = layout
+        return layouts
 
     def _queue_keys(self, name: str) -> tuple[str, ...]:
         keys = self._keys.get(name)
