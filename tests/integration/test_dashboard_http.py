@@ -134,10 +134,14 @@ async def test_stats_of_many_queues_take_one_pipelined_round(queues: Any, dash: 
     BatchingRedis._flush = counting  # type: ignore[method-assign]
     try:
         snap = await board.monitor.snapshot(names)
+        assert flushes == [31]  # 30 stats scripts and TIME, one round
+        flushes.clear()
+        chunked = await board.monitor.snapshot(names, chunk=12)  # as the sampler reads
     finally:
         BatchingRedis._flush = original  # type: ignore[method-assign]
     assert len(snap.stats) == 30 and all(s.delayed == 1 for s in snap.stats)
-    assert flushes == [31]  # 30 stats scripts and TIME, one round
+    assert flushes == [13, 12, 6]  # rounds the event loop can serve pages between
+    assert [s.queue for s in chunked.stats] == [s.queue for s in snap.stats]
 
 
 async def test_queue_page_pages_through_tasks(queues: Any, dash: Any) -> None:

@@ -40,6 +40,7 @@ HERE = Path(__file__).parent
 PAGE_SIZE = 50  # tasks per page of a queue
 INDEX_PAGE_SIZE = 100  # queues per page of the main page
 MAX_PAGE = 1_000_000
+SAMPLER_CHUNK = 200  # queues per round of the sampler (pages are served between rounds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +94,7 @@ class Dashboard:
 
     async def sample_once(self) -> None:
         """Record one sample of every registered queue."""
-        snapshot = await self.monitor.snapshot()
+        snapshot = await self.monitor.snapshot(chunk=SAMPLER_CHUNK)
         self._summary = (time.monotonic(), snapshot)
         t = time.time()
         self.history.record({s.queue: sample_of(s, t) for s in snapshot.stats}, t)

@@ -162,13 +162,21 @@ class Monitor:
             raise RedisUnavailable(f"Redis did not answer TIME: {exc}") from exc
         return datetime.fromtimestamp(seconds + micros / 1e6, UTC)
 
-    async def snapshot(self, names: Sequence[str] | None = None) -> Snapshot:
-        """Stats of ``names`` (default: every registered queue) and the server's time."""
+    async def snapshot(
+        self, names: Sequence[str] | None = None, *, chunk: int | None = None
+    ) -> Snapshot:
+        """Stats of ``names`` (default: every registered queue) and the server's time, in one
+        round, or in rounds of ``chunk`` queues: parsing 2,000 replies takes the event loop
+        for ~50 ms, and pages served meanwhile would wait that long."""
         if names is None:
             names = await self.names()
+        step = chunk or max(1, len(names))
         now, stats = await asyncio.gather(
-            self.server_now(), asyncio.gather(*(self.queue(name).stats() for name in names))
+            self.server_now(), asyncio.gather(*(self.queue(n).stats() for n in names[:step]))
         )
+        for start in range(step, len(names), step):
+            part = names[start : start + step]
+            stats += await asyncio.gather(*(self.queue(n).stats() for n in part))
         return Snapshot(now, stats)
 
     async def close(self) -> None:
