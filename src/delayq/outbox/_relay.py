@@ -37,6 +37,14 @@ _FIRST_BACKOFF_S: Final = 0.05
 APP_NAME: Final = "delayq-relay"  # pg_stat_activity's application_name of a relay's sessions
 # Redis errors that say nothing about the row being applied: wait and try the batch again.
 _REDIS_DOWN: Final = (RedisUnavailable, ServerError)
+_SESSION_DEFAULTS: Final = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,  # ms that sent data may stay unacknowledged
+}
 _CONFLICT: Final = "the id is held by a task with other content, which is kept unchanged"
 
 
@@ -155,9 +163,7 @@ class AsyncRelay:
 
     async def relay_pending(self) -> int:
         """Relay what is pending now, once, and return the rows handled (no LISTEN)."""
-        conn = await self._psycopg.AsyncConnection.connect(
-            self._dsn, autocommit=True, application_name=self.name
-        )
+        conn = await self._connect()
         try:
             return await self._drain(conn, stop_when_idle=True)
         finally:
@@ -180,16 +186,22 @@ class AsyncRelay:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop_event.wait(), seconds)
 
+    async def _connect(self) -> Any:
+        """A session of the relay: autocommit (it writes BEGIN/COMMIT itself), named, and with
+        TCP keepalives, so that a link that died silently fails within about half a minute
+        instead of leaving the relay waiting on it (settings in the DSN win)."""
+        given = self._psycopg.conninfo.conninfo_to_dict(self._dsn)
+        options = {k: v for k, v in _SESSION_DEFAULTS.items() if k not in given}
+        return await self._psycopg.AsyncConnection.connect(
+            self._dsn, autocommit=True, application_name=self.name, **options
+        )
+
     # -- the loop ---------------------------------------------------------------------------
 
     async def _serve(self) -> None:
         """One database session: LISTEN, then drain on every wake-up until stopped."""
         assert self._stop_event is not None
-        connect = self._psycopg.AsyncConnection.connect
-        async with (
-            await connect(self._dsn, autocommit=True, application_name=self.name) as listener,
-            await connect(self._dsn, autocommit=True, application_name=self.name) as work,
-        ):
+        async with await self._connect() as listener, await self._connect() as work:
             # LISTEN before the first drain: a commit between the two is caught by either.
             await listener.execute(self._schema.listen)
             wake = asyncio.Event()
