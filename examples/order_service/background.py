@@ -1,8 +1,8 @@
 """The service's background work: the outbox relay and the close worker.
 
-Both run in the app's lifespan (``ORDER_SERVICE_BACKGROUND=1``, the default) or in their own
-process, ``python -m examples.order_service.worker``, next to API processes started with
-``ORDER_SERVICE_BACKGROUND=0``.
+Both run in the app's lifespan (``ORDER_SERVICE_BACKGROUND=1``, the default) or in processes
+of their own, ``python -m examples.order_service.worker [--role relay|worker]``, next to API
+processes started with ``ORDER_SERVICE_BACKGROUND=0``.
 """
 
 from __future__ import annotations
@@ -17,11 +17,19 @@ from delayq.outbox import AsyncRelay
 from .config import Settings
 from .service import QUEUE, close_if_unpaid
 
+ROLES = frozenset({"relay", "worker"})
+
 
 class Background:
-    """The relay (outbox -> Redis) and the worker (Redis -> close_if_unpaid), as tasks."""
+    """The relay (outbox -> Redis) and the worker (Redis -> close_if_unpaid), as tasks;
+    ``roles`` picks one of them or both."""
 
-    def __init__(self, settings: Settings, engine: AsyncEngine) -> None:
+    def __init__(
+        self, settings: Settings, engine: AsyncEngine, roles: frozenset[str] = ROLES
+    ) -> None:
+        if not roles or not roles <= ROLES:
+            raise ValueError(f"roles are some of {sorted(ROLES)}, not {sorted(roles)}")
+        self.roles = roles
         self.relay = AsyncRelay(settings.dsn, settings.redis_url)
         self.queue = AsyncDelayQueue(QUEUE, settings.redis_url, prefix=settings.prefix)
         self._engine = engine
@@ -38,10 +46,15 @@ class Background:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(self.relay.run(), name="order_service:relay"),
-            asyncio.create_task(self.worker.run(), name="order_service:worker"),
-        ]
+        if "relay" in self.roles:
+            self._tasks.append(asyncio.create_task(self.relay.run(), name="order_service:relay"))
+        if "worker" in self.roles:
+            self._tasks.append(asyncio.create_task(self.worker.run(), name="order_service:worker"))
+
+    async def ready(self) -> None:
+        """Until the relay (if it runs here) listens on the outbox's channel."""
+        if "relay" in self.roles:
+            await self.relay.connected.wait()
 
     async def wait(self) -> None:
         """Until both stop; the first failure is raised, after the other one is stopped."""

@@ -4,8 +4,9 @@
 
 Creates a private PostgreSQL database (dropped at the end; ``PG_ADMIN_DSN`` names the server,
 default the local one) and a private Redis (``REDIS_URL`` to use your own), starts the API
-(uvicorn) and the relay + close worker as their own processes, places ``--orders`` orders
-over HTTP at ``--rate`` per second, each with a payment window drawn from ``--window``; a
+(uvicorn), the relay and the close worker as processes of their own (``--layout``), places
+``--orders`` orders over HTTP at ``--rate`` per second, each with a payment window drawn from
+``--window``; a
 share of the customers (``--pay-share``) pay within the first third of their window. Then it
 waits for every unpaid order to close, runs the reconciliation job and prints:
 
@@ -92,7 +93,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         description="Place orders on the reference service and check every promise.",
     )
     parser.add_argument("--orders", type=int, default=100_000, help="orders to place")
-    parser.add_argument("--rate", type=float, default=1000.0, help="orders placed per second")
+    parser.add_argument("--rate", type=float, default=200.0, help="orders placed per second")
     parser.add_argument(
         "--window", type=parse_window, default=(5.0, 15.0), help="payment window, MIN-MAX s"
     )
@@ -108,9 +109,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--layout",
-        choices=("processes", "lifespan"),
-        default="processes",
-        help="relay and worker in their own process, or in the API's lifespan",
+        choices=("split", "processes", "lifespan"),
+        default="split",
+        help="relay and worker in a process each, in one process, or in the API's lifespan",
     )
     args = parser.parse_args(argv)
     if args.orders < 1 or args.rate <= 0 or args.concurrency < 1:
@@ -146,16 +147,16 @@ def service(dsn: str, redis_url: str, prefix: str, layout: str) -> Iterator[str]
     }
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        if layout == "processes":
+        for role in {"processes": ["both"], "split": ["relay", "worker"]}.get(layout, []):
             worker = subprocess.Popen(
-                [sys.executable, "-m", "examples.order_service.worker"],
+                [sys.executable, "-m", "examples.order_service.worker", "--role", role],
                 env=env,
                 stdout=subprocess.PIPE,
             )
             procs.append(worker)
             line = worker.stdout.readline() if worker.stdout else b""
             if b"ready" not in line:
-                raise RuntimeError(f"the worker process did not start: {line!r}")
+                raise RuntimeError(f"the {role} process did not start: {line!r}")
         api = subprocess.Popen(
             [
                 sys.executable, "-m", "uvicorn", "examples.order_service.app:app",
@@ -200,8 +201,11 @@ async def drive(url: str, plan: Plan) -> Traffic:
     machine with the service it measures.)"""
     rng = random.Random(plan.seed)
     traffic = Traffic()
+    # Payments get slots of their own: sharing the placements' would queue every payment
+    # behind new orders whenever the service runs at full capacity.
     slots = asyncio.Semaphore(plan.concurrency)
-    connector = aiohttp.TCPConnector(limit=plan.concurrency)
+    pay_slots = asyncio.Semaphore(max(1, plan.concurrency // 2))
+    connector = aiohttp.TCPConnector(limit=plan.concurrency + plan.concurrency // 2)
     timeout = aiohttp.ClientTimeout(total=60)
     started = time.monotonic()
     async with aiohttp.ClientSession(url, connector=connector, timeout=timeout) as client:
@@ -209,7 +213,7 @@ async def drive(url: str, plan: Plan) -> Traffic:
         async def pay_later(order_id: int, due_at: float, after: float) -> None:
             await asyncio.sleep(after)
             try:
-                async with slots:
+                async with pay_slots:
                     sent = time.time()  # the same host's clock as the database's
                     async with client.post(f"/orders/{order_id}/pay") as reply:
                         await reply.read()

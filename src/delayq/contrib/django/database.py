@@ -10,6 +10,12 @@ from django.db import connections
 
 from .conf import delayq_settings
 
+# Keys of DATABASES[...]["OPTIONS"] that Django or psycopg consume, not libpq.
+_NOT_LIBPQ = frozenset(
+    {"isolation_level", "pool", "server_side_binding", "assume_role", "prepare_threshold",
+     "cursor_factory", "context", "autocommit"}
+)  # fmt: skip
+
 
 def alias_of(using: str | None) -> str:
     """``using``, or the outbox's database (``DELAYQ["DATABASE"]``)."""
@@ -56,12 +62,9 @@ def conninfo(using: str | None = None) -> str:
         "host": conf.get("HOST") or None,
         "port": str(conf["PORT"]) if conf.get("PORT") else None,
     }
-    # libpq options (sslmode, connect_timeout, ...); Django's own keys are not libpq's.
+    # libpq options (sslmode, connect_timeout, ...) pass through; Django's own keys and
+    # psycopg's connection arguments are not libpq's.
     for name, value in (conf.get("OPTIONS") or {}).items():
-        if isinstance(value, str | int) and name not in (
-            "isolation_level",
-            "pool",
-            "server_side_binding",
-        ):
+        if isinstance(value, str | int) and name not in _NOT_LIBPQ:
             params[name] = str(value)
     return make_conninfo(**{k: v for k, v in params.items() if v is not None})
