@@ -292,6 +292,15 @@ def test_a_short_token_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert "at least 16 characters" in capsys.readouterr().err
 
 
+def test_every_address_needs_the_names_clients_use(capsys: pytest.CaptureFixture[str]) -> None:
+    redis_url = f"redis://127.0.0.1:{free_port()}/0"
+    args = ["dashboard", "--host", "0.0.0.0", "--token", TOKEN, "--redis", redis_url]
+    assert main(args) == 2
+    assert "--allowed-host" in capsys.readouterr().err
+    assert main([*args, "--allowed-host", "*"]) == 2
+    assert "not a host name" in capsys.readouterr().err
+
+
 def test_a_short_token_from_the_environment_is_refused(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

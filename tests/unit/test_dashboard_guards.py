@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from starlette.requests import Request
 
-from delayq import Stats
-from delayq.dashboard import views
+from delayq import ConfigError, Stats
+from delayq.dashboard import Settings, views
 from delayq.dashboard.security import (
     CsrfSigner,
     Sessions,
@@ -188,3 +188,15 @@ def test_odd_values_become_safe_text() -> None:
 def test_messages_mask_the_passwords_of_their_urls(message: str, hidden: str) -> None:
     shown = views.masked(message)
     assert hidden not in shown and "***" in shown
+
+
+def test_allowed_hosts_are_names() -> None:
+    Settings(allowed_hosts=("queues.example.com", "10.0.0.5", "*.internal"))
+    for bad in ("*", "a:8080", "", "x y", "*.*.x", "http://x"):
+        with pytest.raises(ConfigError, match="not a host name"):
+            Settings(allowed_hosts=(bad,))
+    with pytest.raises(ConfigError, match="tuple of names"):
+        Settings(allowed_hosts="queues.example.com")  # type: ignore[arg-type]
+    for name in ("window_s", "sample_interval_s", "bin_s", "redis_timeout_s"):
+        with pytest.raises(ConfigError, match=name):
+            Settings(**{name: 0})

@@ -32,7 +32,8 @@ def serve(
     import uvicorn
 
     check_bind(host, settings.token, settings.allowed_hosts)
-    if not is_wildcard(host) and host not in settings.allowed_hosts:
+    # The address bound is a name clients use (IPv6 literals cannot be matched: skipped).
+    if not is_wildcard(host) and ":" not in host and host not in settings.allowed_hosts:
         settings = dataclasses.replace(settings, allowed_hosts=(*settings.allowed_hosts, host))
     uvicorn.run(
         create_app(settings), host=host, port=port, log_level="info",

@@ -64,8 +64,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         security.check_token(self.token)
-        if isinstance(self.allowed_hosts, str):
-            raise ConfigError("allowed_hosts must be a tuple of names, not a string")
+        security.check_allowed_hosts(self.allowed_hosts)
         for name in ("sample_interval_s", "window_s", "bin_s", "redis_timeout_s"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0 < value < math.inf:

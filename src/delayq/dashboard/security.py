@@ -81,6 +81,27 @@ def check_bind(host: str, token: str | None, allowed_hosts: tuple[str, ...] = ()
         )
 
 
+def check_allowed_hosts(names: object) -> None:
+    """Host names as clients send them: ``queues.example.com``, ``10.0.0.5`` or
+    ``*.example.com`` (its subdomains); not ``*``, which would turn the check off."""
+    if isinstance(names, str) or not isinstance(names, tuple | list):
+        raise ConfigError(f"allowed hosts must be a tuple of names, got {names!r}")
+    for name in names:
+        wildcard = isinstance(name, str) and name.startswith("*.")
+        if (
+            not isinstance(name, str)
+            or not name
+            or not name.isprintable()
+            or any(c in name for c in " /:@")
+            or "*" in (name[2:] if wildcard else name)
+        ):
+            raise ConfigError(
+                f"not a host name: {name!r} (use a name or address clients use, without a "
+                "port, or *.example.com for its subdomains; '*' alone is refused: it would "
+                "let a DNS-rebinding page in)"
+            )
+
+
 def host_allow_list(allowed_hosts: tuple[str, ...] | None) -> list[str]:
     """The Host names served: loopback names plus the configured ones. Applies with a token
     too: a DNS-rebinding page sends its own name, and would otherwise guess the token from a
