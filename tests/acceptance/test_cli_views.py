@@ -282,6 +282,8 @@ def test_markup_in_names_and_counters_is_shown_not_interpreted(
     # ":smile:" in a valid name is not an emoji code to rich.
     assert "emoji:smile:" in runs[0].out and "emoji:smile:" in visible(runs[3].out), runs[0]
     assert runs[5].json()[0]["counters"]["[/]"] == 1
+    offered = piped("offer", "plain", "1", "-d", "60", "--id", "[b]x:smile:", *target)
+    assert offered.out == "[b]x:smile:\n", offered
 
 
 def test_escape_sequences_from_redis_never_reach_the_terminal(

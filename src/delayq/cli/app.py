@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.text import Text
 
 from .. import DelayqError, DelayQueue, TaskState
+from .._core import sharding
 from .._core.keys import KEY_ROLES, QueueKeys
 from .._core.scripts import Op
 from .._core.text import printable
@@ -39,6 +40,7 @@ from .._sync import backend, runner
 from ..exceptions import ConfigError
 from . import helptext, parse, render
 from . import outbox as outbox_cli
+from . import reshard as reshard_cli
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 CALL_TIMEOUT = 3.0  # seconds a command keeps retrying an unreachable Redis
@@ -175,13 +177,31 @@ class Session:
         except (RedisError, RedisClusterException) as exc:
             raise CliError(f"cannot reach Redis at {safe_url(url)}: {exc}") from exc
         self.queues: list[DelayQueue] = []
+        self._shard_counts: dict[str, int] | None = None
 
     def queue(self, name: str, **options: Any) -> DelayQueue:
+        shards = self.shard_counts().get(name)
+        if shards is not None:
+            options.setdefault("shards", shards)  # a sharded queue is opened as one
         q = DelayQueue(
             name, self.client, prefix=self.prefix, reconnect_timeout=CALL_TIMEOUT, **options
         )
         self.queues.append(q)
         return q
+
+    def shard_counts(self) -> dict[str, int]:
+        """The shard count Redis recorded for each sharded queue (read once per command)."""
+        if self._shard_counts is None:
+            try:
+                raw = self.runner.command("HGETALL", sharding.shards_key(self.prefix))
+            except (RedisError, DelayqError) as exc:
+                raise CliError(f"cannot read queue shard counts: {exc}") from exc
+            self._shard_counts = {}
+            for name, value in raw.items():
+                count = sharding.recorded_count(value)
+                if count is not None:
+                    self._shard_counts[bytes(name).decode(errors="replace")] = count
+        return self._shard_counts
 
     @property
     def registry(self) -> str:
@@ -208,16 +228,23 @@ class Session:
         return valid
 
     def holds_keys(self, name: str, roles: Sequence[str] = DATA_ROLES) -> int:
-        """How many of the queue's keys (of ``roles``) exist."""
-        keys = QueueKeys(self.prefix, name)
-        return int(self.runner.command("EXISTS", *(keys.key(role) for role in roles)))
+        """How many of the queue's keys (of ``roles``) exist; a sharded queue's are its
+        sub-queues' (one EXISTS per sub-queue: each is its own slot)."""
+        shards = self.shard_counts().get(name)
+        names = sharding.shard_names(name, shards) if shards is not None else [name]
+        found = 0
+        for part in names:
+            keys = QueueKeys(self.prefix, part)
+            found += int(self.runner.command("EXISTS", *(keys.key(role) for role in roles)))
+        return found
 
     def known(self, name: str) -> bool:
-        """Whether the queue exists: the registry lists it, or it holds any key."""
+        """Whether the queue exists: the registry lists it, Redis recorded its shard count,
+        or it holds any key."""
         QueueKeys(self.prefix, name)  # validates the name
         if int(self.runner.command("SISMEMBER", self.registry, name)):
             return True
-        return self.holds_keys(name) > 0
+        return name in self.shard_counts() or self.holds_keys(name) > 0
 
     def require(self, name: str, allow_missing: bool | None = None) -> None:
         """Fail with a clear error if the queue is unknown (a misspelt name), unless
@@ -318,7 +345,7 @@ def offer(
             {"id": task_id, "outcome": task_id.outcome.value, "created": task_id.created}
         )
     else:
-        out.print(task_id, markup=False)
+        say(task_id)  # not out.print: an id like "x:smile:" is no emoji code
 
 
 @app.command()
@@ -1004,6 +1031,7 @@ def dashboard(
 
 
 outbox_cli.register(app)  # delayq relay, delayq outbox ... (cli/outbox.py)
+reshard_cli.register(app)  # delayq reshard (cli/reshard.py)
 
 # -- entry point -----------------------------------------------------------------------------
 
