@@ -253,6 +253,7 @@ async def test_sqlalchemy_async_session_and_connection(
 
 def test_install_is_idempotent_and_concurrent(pg_dsn: str, table: str) -> None:
     outbox = Outbox(pg_dsn, table=table)
+    assert not outbox.installed()
     errors: list[BaseException] = []
 
     def install() -> None:
@@ -268,6 +269,7 @@ def test_install_is_idempotent_and_concurrent(pg_dsn: str, table: str) -> None:
         t.join()
     assert errors == []
     outbox.install()
+    assert outbox.installed()
     assert outbox.status().pending == 0
 
 

@@ -76,8 +76,12 @@ def test_errors_are_one_line(pg_dsn: str) -> None:
     nowhere = delayq("outbox", "status", "--dsn", "postgresql://postgres@127.0.0.1:1/none")
     assert nowhere.returncode == 1
     assert nowhere.stderr.startswith("error: PostgreSQL:") and "Traceback" not in nowhere.stderr
-    no_table = delayq("outbox", "status", "--dsn", pg_dsn, "--table", "never_installed")
-    assert no_table.returncode == 1 and "never_installed" in no_table.stderr
+    for command in (("outbox", "status"), ("relay",)):
+        no_table = delayq(*command, "--dsn", pg_dsn, "--table", "never_installed")
+        assert no_table.returncode == 1
+        assert no_table.stderr.strip() == (
+            "error: no outbox table 'never_installed' in that database: run delayq outbox install"
+        )
 
 
 def test_metrics_endpoint(pg_dsn: str, table: str, prefix: str) -> None:

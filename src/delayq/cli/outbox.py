@@ -73,6 +73,14 @@ def _run_db(fn: Any) -> Any:
         raise CliError(f"PostgreSQL: {' '.join(str(exc).split())}") from exc
 
 
+def _require_installed(outbox: Outbox) -> None:
+    from .app import CliError
+
+    if not _run_db(outbox.installed):
+        name = f"{outbox.schema}.{outbox.table}" if outbox.schema else outbox.table
+        raise CliError(f"no outbox table {name!r} in that database: run delayq outbox install")
+
+
 @outbox_app.command("install")
 def install(
     dsn: DsnOpt = "",
@@ -100,6 +108,7 @@ def status(
     Example: delayq outbox status --dsn postgresql://app@db/shop
     """
     outbox = _outbox(dsn, table, schema)
+    _require_installed(outbox)
     st = _run_db(outbox.status)
     if json:
         _say(jsonlib.dumps(_status_json(st)))
@@ -245,6 +254,7 @@ def relay(
     if not isinstance(level, int):
         raise CliError(f"--log-level: unknown level {log_level!r}", code=2)
     outbox = _outbox(dsn, table, schema)  # validates the DSN and names before connecting
+    _require_installed(outbox)
     relayer = AsyncRelay(
         dsn,
         redis,

@@ -133,6 +133,12 @@ class Outbox(_Base):
             for statement in self._schema.install():
                 execute(conn, statement)
 
+    def installed(self) -> bool:
+        """True if the outbox table exists (``install`` was run)."""
+        with admin(self._database) as conn:
+            rows = execute(conn, self._schema.exists, {"name": self._schema.qualified})
+            return bool(next(iter(rows[0].values())))
+
     def offer(
         self,
         conn: Any,
@@ -206,6 +212,12 @@ class AsyncOutbox(_Base):
         async with aadmin(self._database) as conn:
             for statement in self._schema.install():
                 await aexecute(conn, statement)
+
+    async def installed(self) -> bool:
+        """True if the outbox table exists (``install`` was run)."""
+        async with aadmin(self._database) as conn:
+            rows = await aexecute(conn, self._schema.exists, {"name": self._schema.qualified})
+            return bool(next(iter(rows[0].values())))
 
     async def offer(
         self,
