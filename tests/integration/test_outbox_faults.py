@@ -5,6 +5,7 @@ database cut or away, notifications lost, rows nobody can apply. Every scenario 
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -364,3 +365,22 @@ def test_an_id_held_by_other_content_goes_dead(
     assert orders.get(fine) is not None
     [dead] = outbox.dead()
     assert dead.task_id == "order-43" and dead.error and "TaskIdConflict" in dead.error
+
+
+def test_three_relay_processes_one_killed_under_load(
+    outbox: Outbox, orders: DelayQueue, pg_dsn: str, table: str, redis_url: str
+) -> None:
+    with contextlib.ExitStack() as stack:
+        procs = [
+            stack.enter_context(
+                relay_process(pg_dsn, redis_url, table, "--batch-size", "20", name=f"p{i}")
+            )
+            for i in range(3)
+        ]
+        ids: list[str] = []
+        for round_ in range(40):
+            ids += offer_committed(outbox, pg_dsn, 25)
+            if round_ == 15:
+                procs[0].kill()  # wherever it is in its batch
+        wait_drained(pg_dsn, table)
+    exact(orders, redis_url, ids)
