@@ -281,6 +281,15 @@ class AsyncDelayQueue(Generic[PayloadT]):
     ) -> None:
         await self.close()
 
+    async def ping(self) -> float:
+        """Check that Redis answers, retrying a lost connection up to the reconnect timeout;
+        the seconds the answer took. Raises :class:`RedisUnavailable` (at once for a host
+        name that does not resolve or a TLS handshake refused)."""
+        self._check_open()
+        started = backend.monotonic()
+        await self._runner.command("PING")
+        return backend.monotonic() - started
+
     # -- producing --------------------------------------------------------------------------
 
     async def offer(

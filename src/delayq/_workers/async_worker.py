@@ -91,7 +91,11 @@ class AsyncWorker(WorkerBase):
 
     async def run(self) -> None:
         """Work until stopped; then shut down gracefully and return. Raises
-        :class:`~delayq.WorkerFailed` (after the shutdown) if a loop could not be kept going."""
+        :class:`~delayq.WorkerFailed` (after the shutdown) if a loop could not be kept going,
+        and :class:`~delayq.RedisUnavailable` at once if Redis never answered at the start
+        (within the queues' reconnect timeout); once connected, it rides out any outage."""
+        for queue in self._queues:
+            await queue.ping()
         loop = asyncio.get_running_loop()
         installed = self._install_signals(loop)
         self._state = "running"

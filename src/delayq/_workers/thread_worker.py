@@ -101,7 +101,11 @@ class Worker(WorkerBase):
 
     def run(self) -> None:
         """Work until stopped; then shut down gracefully and return. Raises
-        :class:`~delayq.WorkerFailed` (after the shutdown) if a loop could not be kept going."""
+        :class:`~delayq.WorkerFailed` (after the shutdown) if a loop could not be kept going,
+        and :class:`~delayq.RedisUnavailable` at once if Redis never answered at the start
+        (within the queues' reconnect timeout); once connected, it rides out any outage."""
+        for queue in self._queues:
+            queue.ping()
         previous = self._install_signals()
         self._state = "running"
         self._metrics.worker_started([q.name for q in self._queues])
