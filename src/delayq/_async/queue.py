@@ -854,7 +854,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         reply = await self._run(Op.TASKS, [wanted.value, offset, limit])
         return [
             self._task_info(
-                bytes(reply[i]).decode(),
+                bytes(reply[i]).decode("utf-8", "surrogateescape"),  # as fetch reads ids
                 wanted,
                 int(float(reply[i + 1])) // 10,
                 int(reply[i + 2]),
