@@ -43,8 +43,16 @@ def test_conflicts_raise_with_every_result() -> None:
 
 def test_a_whole_call_is_read_in_order_and_created_ids_are_full_task_ids() -> None:
     specs = [OfferSpec(i, "d0", b'="x"') for i in ("a", "b", "c", "d")]
-    replies = [("a", 1), ("holder", 0), ("c", 0), ("d", 2)]
-    ids = task_ids_of(replies, specs, [True, True, True, True])
+    replies = [[b"a", 1, b"holder", 0], [b"c", 0, b"d", 2]]  # two chunks, as Redis answers
+    ids, statuses = task_ids_of(replies, specs, [True, True, True, True])
+    assert statuses == [1, 0, 0, 2]
     assert ids == ["a", "holder", "c", "d"] and all(isinstance(i, TaskId) for i in ids)
     assert [i.outcome.value for i in ids] == ["created", "existing", "created", "replaced"]
     assert pickle.loads(pickle.dumps(ids[0])).outcome is OfferOutcome.CREATED
+
+
+def test_a_call_that_created_every_task_returns_the_offered_ids() -> None:
+    specs = [OfferSpec(i, "d0", b'="x"') for i in ("a", "b", "c")]
+    ids, statuses = task_ids_of([[b"a", 1, b"b", 1], [b"c", 1]], specs, [False] * 3)
+    assert ids == ["a", "b", "c"] and statuses == [1, 1, 1]
+    assert all(type(i) is TaskId and i.created for i in ids)

@@ -387,9 +387,10 @@ class AsyncDelayQueue(Generic[PayloadT]):
         # In order, on one connection: a later task with the same key or id must lose.
         arg_lists = [protocol.offer_args(mode, chunk) for chunk in chunks]
         replies = await self._write(Op.OFFER, arg_lists, [spec.id for spec in specs])
-        results = [pair for reply in replies for pair in protocol.parse_offer(reply)]
-        ids = task_ids_of(results, specs, drawn)
-        taken = [i for i, (_, st) in enumerate(results) if st == protocol.ID_TAKEN and drawn[i]]
+        ids, statuses = task_ids_of(replies, specs, drawn)
+        taken = []
+        if protocol.ID_TAKEN in statuses:  # rare: skip the scan when nothing was taken
+            taken = [i for i, st in enumerate(statuses) if st == protocol.ID_TAKEN and drawn[i]]
         if taken:
             if draws >= protocol.ID_DRAWS:
                 raise protocol.no_free_id()

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import Any, Final
 
 from ..exceptions import TaskIdConflict
@@ -19,6 +21,7 @@ from .protocol import (
     check_priority,
     new_task_id,
     offer_options,
+    parse_offer,
 )
 from .timing import Duration, due_spec, duration_ms
 
@@ -90,14 +93,20 @@ def task_id_of(task_id: str, status: int, offered_id: str, drawn: bool) -> TaskI
 
 
 def task_ids_of(
-    replies: Sequence[tuple[str, int]], specs: Sequence[OfferSpec], drawn: Sequence[bool]
-) -> list[TaskId]:
-    """:func:`task_id_of` for a whole offer call, in order (``replies`` from parse_offer)."""
-    created = str.__new__  # a bare TaskId: created
+    replies: Sequence[Sequence[Any]], specs: Sequence[OfferSpec], drawn: Sequence[bool]
+) -> tuple[list[TaskId], list[int]]:
+    """What each offer of one call did, in order, from the offer script's replies (one per
+    chunk of ``specs``): the :class:`TaskId` per offer, and the raw statuses."""
+    statuses = list(chain.from_iterable(reply[1::2] for reply in replies))
+    if statuses.count(1) == len(statuses):
+        # Every task created (the usual bulk call): the ids are the ones offered, made into
+        # TaskIds without a Python-level call per task.
+        return list(map(str.__new__, repeat(TaskId), map(itemgetter(0), specs))), statuses
+    pairs = [pair for reply in replies for pair in parse_offer(reply)]
     return [
-        created(TaskId, task_id) if status == 1 else task_id_of(task_id, status, spec.id, own)
-        for (task_id, status), spec, own in zip(replies, specs, drawn, strict=True)
-    ]
+        task_id_of(task_id, status, spec.id, own)
+        for (task_id, status), spec, own in zip(pairs, specs, drawn, strict=True)
+    ], statuses
 
 
 @dataclass(frozen=True, slots=True)
