@@ -402,10 +402,6 @@ def test_msgpack_headers_with_odd_keys_and_binary_values_show_safely(
     assert doc["payload"] == {"n": 1} and doc["headers"]["1"] == "int key"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="DelayQueue.tasks() decodes ids as strict UTF-8 (_async/queue.py, not the CLI's)",
-)
 def test_a_task_id_that_is_not_utf8_shows_safely(
     queue: Callable[..., DelayQueue], target: list[str], raw: redis.Redis, prefix: str
 ) -> None:

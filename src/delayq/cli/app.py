@@ -35,6 +35,7 @@ from .._core import sharding
 from .._core.keys import KEY_ROLES, QueueKeys
 from .._core.scripts import Op
 from .._core.text import printable
+from .._core.timing import duration_ms
 from .._core.urls import safe_url
 from .._sync import backend, runner
 from ..exceptions import ConfigError
@@ -280,7 +281,9 @@ def due_args(delay: str | None, at: str | None, *, required: bool = True) -> dic
     if at is not None:
         return {"at": parse.timestamp(at)}
     if delay is not None:
-        return {"delay": parse.duration(delay, "--delay")}
+        seconds = parse.duration(delay, "--delay")
+        duration_ms(seconds, "--delay")  # the queue's own bounds, checked before Redis is
+        return {"delay": seconds}
     if required:
         bad("give --delay (e.g. 30s) or --at (e.g. 2030-01-31T09:30:00Z)")
     return {}
