@@ -149,6 +149,11 @@ class QueueCollector(Collector):
     def snapshot(self) -> tuple[list[Stats], bool, float]:
         """One scrape's reading: the stats, whether Redis answered, and the seconds it took."""
         started = time.perf_counter()
+        # During an outage already logged, the connection layer's own "call failed,
+        # retrying" warning (one per call, so one per scrape) is dropped for this thread.
+        muted = self._outage_since is not None
+        if muted:
+            _RETRY_NOISE.mute()
         try:
             rows, up = self.read(), True
         except (DelayqError, RedisError, OSError) as exc:
@@ -156,6 +161,9 @@ class QueueCollector(Collector):
             rows, up = [], False
         else:
             self._recovered()
+        finally:
+            if muted:
+                _RETRY_NOISE.unmute()
         return rows, up, time.perf_counter() - started
 
     def _failed(self, exc: BaseException) -> None:
@@ -208,6 +216,35 @@ class QueueCollector(Collector):
                 else:
                     out.append(f"{sample} {_number(value)}\n")
         return "".join(out)
+
+
+class _MutedThreads(logging.Filter):
+    """Drops the records of the ``delayq`` logger (the connection layer's) emitted by the
+    threads that muted it, and only while they do; other threads log as usual."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._muted: dict[int, int] = {}  # thread id -> nesting depth
+        self._lock = threading.Lock()
+
+    def mute(self) -> None:
+        with self._lock:
+            ident = threading.get_ident()
+            self._muted[ident] = self._muted.get(ident, 0) + 1
+
+    def unmute(self) -> None:
+        with self._lock:
+            ident = threading.get_ident()
+            depth = self._muted.pop(ident, 1) - 1
+            if depth:
+                self._muted[ident] = depth
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return threading.get_ident() not in self._muted
+
+
+_RETRY_NOISE = _MutedThreads()
+logging.getLogger("delayq").addFilter(_RETRY_NOISE)  # a logger filter: its own records only
 
 
 Labels = tuple[tuple[str, str], ...]
