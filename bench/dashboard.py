@@ -240,7 +240,8 @@ async def memory(server: EmbeddedRedis, names: int, history_queues: int) -> dict
 
 
 def print_many(result: dict[str, Any]) -> None:
-    print(f"{result['queues']} queues, main page over HTTP from uvicorn:")
+    load = result["machine"]["load_average_1m_at_start"]
+    print(f"{result['queues']} queues, main page over HTTP from uvicorn (load average {load}):")
     for key in ("warm", "warm_page_2", "cold"):
         f = result[key]
         print(
@@ -322,7 +323,12 @@ def other_scenario(args: argparse.Namespace) -> int:
     server = EmbeddedRedis().start()
     try:
         head: dict[str, Any] = {
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                # The VM is shared: the other processes' load is part of the figures.
+                "load_average_1m_at_start": round(os.getloadavg()[0], 2),
+            },
             "redis": server.version,
         }
         if args.scenario == "many":
