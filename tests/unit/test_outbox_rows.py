@@ -104,3 +104,14 @@ def test_queue_formats_are_checked() -> None:
         Formats("dq", {"q": "json"})  # type: ignore[dict-item]
     with pytest.raises(ConfigError):
         Formats("bad prefix!", None)
+
+
+def test_a_batch_is_two_messages() -> None:
+    schema = Schema("jobs")
+    claim = schema.claim_batch(250)
+    assert claim.startswith("BEGIN; DECLARE delayq_claim NO SCROLL CURSOR FOR SELECT ")
+    assert claim.endswith("FETCH FORWARD 250 FROM delayq_claim")
+    assert schema.finish_claim([]) == "COMMIT"
+    assert schema.finish_claim([3, 1]) == 'DELETE FROM "jobs" WHERE seq IN (3, 1); COMMIT'
+    with pytest.raises(ValueError):
+        schema.finish_claim(["1); DROP TABLE jobs; --"])  # type: ignore[list-item]
