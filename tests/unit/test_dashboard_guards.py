@@ -162,8 +162,9 @@ def test_times_read_at_a_glance() -> None:
 
 
 def test_odd_values_become_safe_text() -> None:
-    assert views.text("\x1b[31mred\u202e\udcff") == "\\x1b[31mred\\u202e\\udcff"
+    assert views.text("\x1b[31mred\u202e\ud800") == "\\x1b[31mred\\u202e\\ud800"
     assert views.text(b"\xff") == "\\xff"
+    assert views.text(b"\xff\xfe-id".decode("utf-8", "surrogateescape")) == "\\xff\\xfe-id"
     assert views.header_rows({1: 2, b"k": b"\xff", "a": "\u202e"}) == [
         ("1", "2"), ("a", "\\u202e"), ("k", "\\xff")
     ]  # fmt: skip

@@ -15,6 +15,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
@@ -41,6 +42,7 @@ PAGE_SIZE = 50  # tasks per page of a queue
 INDEX_PAGE_SIZE = 100  # queues per page of the main page
 MAX_PAGE = 1_000_000
 SAMPLER_CHUNK = 200  # queues per round of the sampler (pages are served between rounds)
+STALE_SUMMARY_S = 60.0  # the main page's summary of all queues is never older than this
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,7 @@ class Dashboard:
         self.sampler_error: str | None = None
         self._summary: tuple[float, Snapshot] | None = None
         self._summary_lock = asyncio.Lock()
+        self._refreshing = False
 
     async def sample_once(self) -> None:
         """Record one sample of every registered queue."""
@@ -98,17 +101,47 @@ class Dashboard:
         t = time.time()
         self.history.record({s.queue: sample_of(s, t) for s in snapshot.stats}, t)
 
-    async def summary(self, names: list[str]) -> tuple[Snapshot, bool]:
-        """Every registered queue's stats: the sampler's latest round if it is at most one
-        sampling interval old, else a fresh one (then True), read once for concurrent pages."""
+    async def summary(self, names: list[str]) -> tuple[Snapshot, bool, bool]:
+        """Every registered queue's stats, and whether they were read just now, and whether
+        they are stale. The sampler's latest round while it is at most one sampling interval
+        old; an older one (up to :data:`STALE_SUMMARY_S`: no sampler runs, as when the app is
+        mounted without its lifespan) is used too, stale: the page then refreshes it after its
+        response (:meth:`refresh_summary`), so that only the first page waits for all queues.
+        Read once for concurrent pages; a page never waits for a refresh in the background."""
+        kept = self._kept_summary()
+        if kept is not None:
+            return kept
         async with self._summary_lock:
-            if self._summary is not None:
-                taken, snapshot = self._summary
-                if time.monotonic() - taken <= self.settings.sample_interval_s:
-                    return snapshot, False
+            kept = self._kept_summary()  # read by the page this one waited for
+            if kept is not None:
+                return kept
             snapshot = await self.monitor.snapshot(names)
             self._summary = (time.monotonic(), snapshot)
-            return snapshot, True
+            return snapshot, True, False
+
+    def _kept_summary(self) -> tuple[Snapshot, bool, bool] | None:
+        if self._summary is None:
+            return None
+        taken, snapshot = self._summary
+        age = time.monotonic() - taken
+        if age <= self.settings.sample_interval_s:
+            return snapshot, False, False
+        if age <= STALE_SUMMARY_S:
+            return snapshot, False, True
+        return None
+
+    async def refresh_summary(self) -> None:
+        """Read every queue's stats again (after a page that showed stale ones)."""
+        if self._refreshing:  # another page's refresh is at it
+            return
+        self._refreshing = True
+        try:
+            snapshot = await self.monitor.snapshot(chunk=SAMPLER_CHUNK)
+            self._summary = (time.monotonic(), snapshot)
+        except Exception as exc:  # the next page reads them itself, or says Redis is down
+            log.warning("dashboard: reading the queues failed: %s", views.masked(exc))
+        finally:
+            self._refreshing = False
 
     def summary_age(self) -> float:
         return 0.0 if self._summary is None else time.monotonic() - self._summary[0]
@@ -194,7 +227,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
     async def index(request: Request) -> Response:
         names = await board.monitor.names()
-        summary, fresh = await board.summary(names)
+        summary, fresh, stale = await board.summary(names)
         known = {s.queue: s for s in summary.stats}
         flags = {
             n: health(known[n], summary.server_now, board.history) if n in known else "ok"
@@ -213,12 +246,15 @@ def create_app(settings: Settings | None = None) -> Starlette:
         totals = {f: sum(getattr(s, f) for s in summary.stats) for f in fields}
         counted = {h: sum(1 for v in flags.values() if v == h) for h in HEALTH_RANK}
         bins = board.history.total_bins(time.time(), settings.bin_s)
-        return render(
+        response = render(
             request, "index.html", rows=rows, totals=totals, now=snap.server_now,
             queues=len(names), counted=counted, page=page, pages=pages,
             summary_age=0.0 if fresh else board.summary_age(),
             **chart_context(bins, board.history.since()),
         )  # fmt: skip
+        if stale:  # runs once the page is sent
+            response.background = BackgroundTask(board.refresh_summary)
+        return response
 
     def chart_context(bins: Any, since: float | None) -> dict[str, Any]:
         minutes = settings.window_s / 60

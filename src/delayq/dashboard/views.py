@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -140,7 +141,12 @@ def preview(payload: Any, limit: int = 120) -> str:
 
 
 def text(value: object, limit: int = 1000) -> str:
-    """Any value from Redis as one safe line: controls, bidi and surrogates escaped."""
+    """Any value from Redis as one safe line: controls, bidi and surrogates escaped; bytes a
+    str carries as surrogate escapes (an id that is not UTF-8) shown as the bytes (``\\xff``)."""
+    if isinstance(value, str):
+        # Lone surrogates of another kind stay: printable() escapes them.
+        with contextlib.suppress(UnicodeEncodeError):
+            value = value.encode("utf-8", "surrogateescape")
     shown = printable(value)
     return shown if len(shown) <= limit else shown[: limit - 1] + _CUT
 
