@@ -206,7 +206,10 @@ class HaLoad:
         deadline = time.monotonic() + timeout
         while self.offered_count() < at_least:
             if time.monotonic() > deadline:
-                raise AssertionError(f"fewer than {at_least} offers within {timeout}s")
+                said = [p.output[-10:] for p in self.producers]
+                raise AssertionError(
+                    f"fewer than {at_least} offers within {timeout}s; the producers said {said}"
+                )
             time.sleep(0.02)
 
     def wait_producers(self, timeout: float = 90.0) -> None:
