@@ -449,8 +449,10 @@ class Relay:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop after the batch in hand and wait for the thread (if :meth:`start` ran)."""
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._relay.stop)
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed just now: nothing to stop
+                loop.call_soon_threadsafe(self._relay.stop)
         else:
             self._relay.stop()
         if self._thread is not None:
