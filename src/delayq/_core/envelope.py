@@ -56,11 +56,10 @@ class EnvelopeCodec:
         if plain and self.codec == "json" and self.payload_type is None:  # the common case
             return self._bare(payload)
         doc: dict[str, Any] = {}
-        typed_json = self.payload_type is not None and self.codec == "json"
         if self.payload_type is not None:
-            # typed JSON is checked on the encoded bytes (to_json), the rest on plain data
+            # JSON and msgpack are checked on the encoded envelope below, pickle here
             doc["p"] = self.payload_type.dump(
-                payload, keep_bytes=self.codec != "json", check=not typed_json
+                payload, keep_bytes=self.codec != "json", check=self.codec == "pickle"
             )
             doc["ty"] = self.payload_type.tag
             if self.payload_type.version != 1:
@@ -73,12 +72,13 @@ class EnvelopeCodec:
             doc["pr"] = priority
         if key is not None:
             doc["k"] = key
-        if typed_json and self.payload_type is not None:
-            data = self.payload_type.to_json(doc)
+        if self.codec == "msgpack":
+            doc["c"] = "msgpack"
+        if self.payload_type is not None and self.codec != "pickle":
+            data = self.payload_type.encode(doc, self.codec)
         elif self.codec == "json":
             data = dump_json(doc)
         elif self.codec == "msgpack":
-            doc["c"] = "msgpack"
             data = dump_msgpack(doc)
         else:
             try:
