@@ -207,8 +207,9 @@ class PayloadType:
 
     def encode(self, doc: dict[str, Any], codec: str) -> bytes:
         """``doc``, an envelope whose ``"p"`` is ``dump(..., check=False)``, as checked JSON
-        or msgpack. msgspec writes either several times faster than json.dumps (the same
-        bytes for msgpack; for JSON, a NaN as null, which the check catches)."""
+        or msgpack (the same maps as before, readable by any msgpack library). msgspec writes
+        either faster than json.dumps or msgpack.packb; it writes a NaN as JSON null, which
+        the check catches."""
         write = msgspec.json.encode if codec == "json" else msgspec.msgpack.encode
         try:
             data = write(doc, enc_hook=_str_subclass)
