@@ -12,7 +12,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.connection import HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -117,8 +117,9 @@ def is_plain(client: Any) -> bool:
 CLIENT_ERRORS: tuple[type[BaseException], ...] = (RedisClusterException,)
 
 
-def slot_address(client: Any, slot: int) -> tuple[str, int]:
+async def slot_address(client: Any, slot: int) -> tuple[str, int]:
     """The node that serves ``slot``, as the cluster client last heard."""
+    await client.initialize()  # the asyncio cluster client learns its nodes lazily
     node = client.nodes_manager.get_node_from_slot(slot)
     return node.host, int(node.port)
 
@@ -141,6 +142,122 @@ async def node_checkin(client: Any, address: tuple[str, int], conn: Any) -> None
 async def refresh_topology(client: Any) -> None:
     """Ask the cluster again which node serves which slot (after a node was lost)."""
     await client.nodes_manager.initialize()
+
+
+async def ensure_connected(conn: Any) -> None:
+    """Connect ``conn`` through its own ``connect()``: redis-py's send path reconnects with
+    the base class's, which makes a Sentinel connection dial the old master's address again
+    instead of asking the sentinels where the master is now."""
+    if not conn.is_connected:
+        await conn.connect()
+
+
+# What a sentinel announces about a failover (SENTINEL's pub/sub channels), and how long calls
+# wait between a promotion's start and the new master's announcement before they go on.
+SENTINEL_EVENTS = (
+    "+failover-state-send-slaveof-noone",
+    "+switch-master",
+    "-failover-abort-not-elected",
+    "-failover-abort-no-good-slave",
+    "-failover-abort-slave-timeout",
+)
+HOLD_S = 10.0
+
+
+class SentinelWatch:
+    """Follows the sentinels' announcements of a Sentinel client's failovers.
+
+    When the leading sentinel is about to promote a replica (``+failover-state-send-slaveof-
+    noone``), calls wait; when it announces the new master (``+switch-master``), the client's
+    connections are dropped (they reconnect through the sentinels, to the new master) and
+    calls go on. Without this, a graceful failover leaves the old master taking writes until
+    Sentinel demotes it, seconds later, and its demotion discards them. Every sentinel is
+    watched: only the leader announces the promotion. Any other client: does nothing.
+    """
+
+    def __init__(self, client: Any) -> None:
+        pool = getattr(client, "connection_pool", None)
+        self._pool = pool if isinstance(pool, SentinelConnectionPool) else None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._open: asyncio.Event | None = None  # set: calls may go; clear: a promotion
+        self._held_until = 0.0
+
+    def start(self) -> None:
+        if self._pool is None or self._tasks:
+            return
+        self._open = asyncio.Event()
+        self._open.set()
+        self._tasks = [
+            asyncio.ensure_future(self._watch(sentinel))
+            for sentinel in self._pool.sentinel_manager.sentinels
+        ]
+
+    async def wait(self, deadline: float | None) -> None:
+        """Return when no promotion is under way (or at ``deadline``, or HOLD_S after the
+        promotion began, whichever comes first)."""
+        if self._open is None or self._open.is_set():
+            return
+        until = self._held_until if deadline is None else min(self._held_until, deadline)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._open.wait(), max(until - time.monotonic(), 0))
+
+    async def _event(self, sentinel: Any, channel: str, data: bytes) -> None:
+        assert self._pool is not None and self._open is not None
+        words = data.split()
+        service = self._pool.service_name.encode()
+        if channel == "+switch-master":
+            if words[:1] != [service]:
+                return
+            log.info("delayq: Sentinel switched the master: %s", data.decode(errors="replace"))
+            # Ask this sentinel first from now on: the others may still name the old master
+            # for a second or two, and a reconnect there would write to it again.
+            sentinels = self._pool.sentinel_manager.sentinels
+            if sentinel in sentinels:
+                sentinels.remove(sentinel)
+                sentinels.insert(0, sentinel)
+            await self._pool.disconnect()
+            self._open.set()
+        elif b"@" in words and words[words.index(b"@") + 1 : words.index(b"@") + 2] == [service]:
+            if channel == "+failover-state-send-slaveof-noone":
+                self._held_until = time.monotonic() + HOLD_S
+                self._open.clear()
+            else:  # the failover was aborted: the old master stays
+                self._open.set()
+
+    async def _watch(self, sentinel: Any) -> None:
+        assert self._open is not None
+        backoff = 0.05
+        while True:
+            pubsub = sentinel.pubsub()
+            try:
+                await pubsub.subscribe(*SENTINEL_EVENTS)
+                backoff = 0.05
+                while True:
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5)
+                    if message is None:
+                        if not self._open.is_set() and time.monotonic() > self._held_until:
+                            self._open.set()  # no new master announced in time: go on
+                        continue
+                    channel = message["channel"]
+                    channel = channel.decode() if isinstance(channel, bytes) else channel
+                    await self._event(sentinel, channel, bytes(message["data"]))
+            except Exception as exc:  # a sentinel down: try it again after a pause
+                log.debug("delayq: watching a sentinel failed (%s); retrying", exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+
+    async def close(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._open is not None:
+            self._open.set()
 
 
 class Hold:

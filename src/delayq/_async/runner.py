@@ -134,7 +134,8 @@ class Runner:
         self._hold = backend.Hold()
         self._kept: Any = None
         self._kept_pid = 0
-        self._slots: dict[int, tuple[str, int]] = {}  # cluster: slot -> node, from MOVED
+        self._slots: dict[int, tuple[str, int]] = {}  # cluster: slot -> node
+        self._watch = backend.SentinelWatch(client)
         self._connected = False
         self._closed = False
 
@@ -148,6 +149,7 @@ class Runner:
         if self._closed:
             return
         self._closed = True
+        await self._watch.close()
         conn, self._kept = self._kept, None
         if conn is not None and self._kept_pid == backend.process_id():
             await backend.disconnect(conn)
@@ -199,7 +201,8 @@ class Runner:
         groups: dict[Any, list[int]] = {}
         for i, (_, keys, _) in enumerate(calls):
             slot = key_slot(keys[0].encode())
-            groups.setdefault(self._address(slot) if self._cluster else None, []).append(i)
+            where = await self._address(slot) if self._cluster else None
+            groups.setdefault(where, []).append(i)
         replies: list[Any] = [None] * len(calls)
         for indexes in groups.values():
             got = await self._exchange_mixed([calls[i] for i in indexes])
@@ -277,7 +280,7 @@ class Runner:
                 return await self._through_client(commands)
             return await self._on_own_connection(commands)
         client = backend.resolve(self._client)
-        address, asking = self._address(slot), False
+        address, asking = await self._address(slot), False
         for _ in range(MAX_REDIRECTS):
             conn = await backend.node_checkout(client, address)
             try:
@@ -340,10 +343,11 @@ class Runner:
             pipe.execute_command(*command)
         return list(await pipe.execute(raise_on_error=False))
 
-    def _address(self, slot: int) -> tuple[str, int]:
+    async def _address(self, slot: int) -> tuple[str, int]:
         address = self._slots.get(slot)
         if address is None:
-            address = backend.slot_address(backend.resolve(self._client), slot)
+            address = await backend.slot_address(backend.resolve(self._client), slot)
+            self._slots[slot] = address  # until a MOVED or a lost node says otherwise
         return address
 
     # -- retries ----------------------------------------------------------------------------
@@ -351,10 +355,12 @@ class Runner:
     async def _retrying(self, attempt: Callable[[], Any], deadline: float | None) -> Any:
         """Call ``attempt`` until it gets through or ``deadline`` passes."""
         self._check_open()
+        self._watch.start()  # once; in the caller's event loop, for the asyncio runner
         if deadline is not None and deadline < 0:
             deadline = backend.monotonic() + self.reconnect_s
         backoff, failures = Backoff(), 0
         while True:
+            await self._watch.wait(deadline)  # a Sentinel promotion under way: let it finish
             try:
                 result = await attempt()
             except _Redirected as exc:
@@ -410,6 +416,7 @@ class Runner:
 
 async def _send(conn: Any, commands: Sequence[Command]) -> list[Any]:
     """Write ``commands`` at once and read every reply, error replies in place."""
+    await backend.ensure_connected(conn)
     if len(commands) == 1:  # the hot path: one EVALSHA
         await conn.send_command(*commands[0])
     else:

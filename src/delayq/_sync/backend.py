@@ -17,7 +17,7 @@ from redis.cluster import ClusterNode
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.retry import Retry
-from redis.sentinel import Sentinel
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from .._core.connection import Target, Topology
 from .._core.urls import safe_url
@@ -159,6 +159,133 @@ def node_checkin(client: Any, address: tuple[str, int], conn: Any) -> None:
 def refresh_topology(client: Any) -> None:
     """Ask the cluster again which node serves which slot (after a node was lost)."""
     client.nodes_manager.initialize()
+
+
+def ensure_connected(conn: Any) -> None:
+    """Connect ``conn`` through its own ``connect()``: redis-py's send path reconnects with
+    the base class's, which makes a Sentinel connection dial the old master's address again
+    instead of asking the sentinels where the master is now."""
+    if conn._sock is None:
+        conn.connect()
+
+
+# What a sentinel announces about a failover (SENTINEL's pub/sub channels), and how long calls
+# wait between a promotion's start and the new master's announcement before they go on.
+SENTINEL_EVENTS = (
+    "+failover-state-send-slaveof-noone",
+    "+switch-master",
+    "-failover-abort-not-elected",
+    "-failover-abort-no-good-slave",
+    "-failover-abort-slave-timeout",
+)
+HOLD_S = 10.0
+
+
+class SentinelWatch:
+    """Follows the sentinels' announcements of a Sentinel client's failovers.
+
+    When the leading sentinel is about to promote a replica (``+failover-state-send-slaveof-
+    noone``), calls wait; when it announces the new master (``+switch-master``), the client's
+    connections are dropped (they reconnect through the sentinels, to the new master) and
+    calls go on. Without this, a graceful failover leaves the old master taking writes until
+    Sentinel demotes it, seconds later, and its demotion discards them. Every sentinel is
+    watched: only the leader announces the promotion. Any other client: does nothing.
+    """
+
+    def __init__(self, client: Any) -> None:
+        pool = getattr(client, "connection_pool", None)
+        self._pool = pool if isinstance(pool, SentinelConnectionPool) else None
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self._open = threading.Event()  # set: calls may go; clear: a promotion is under way
+        self._open.set()
+        self._held_until = 0.0
+        self._conns: list[Any] = []
+
+    def start(self) -> None:
+        if self._pool is None or self._threads:
+            return
+        for sentinel in self._pool.sentinel_manager.sentinels:
+            thread = threading.Thread(
+                target=self._watch, args=(sentinel,), name="delayq-sentinel", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
+
+    def wait(self, deadline: float | None) -> None:
+        """Return when no promotion is under way (or at ``deadline``, or HOLD_S after the
+        promotion began, whichever comes first)."""
+        if self._open.is_set():
+            return
+        until = self._held_until if deadline is None else min(self._held_until, deadline)
+        self._open.wait(max(until - time.monotonic(), 0))
+
+    def _event(self, sentinel: Any, channel: str, data: bytes) -> None:
+        assert self._pool is not None
+        words = data.split()
+        service = self._pool.service_name.encode()
+        if channel == "+switch-master":
+            if words[:1] != [service]:
+                return
+            log.info("delayq: Sentinel switched the master: %s", data.decode(errors="replace"))
+            # Ask this sentinel first from now on: the others may still name the old master
+            # for a second or two, and a reconnect there would write to it again.
+            sentinels = self._pool.sentinel_manager.sentinels
+            if sentinel in sentinels:
+                sentinels.remove(sentinel)
+                sentinels.insert(0, sentinel)
+            self._pool.disconnect()
+            self._open.set()
+        elif b"@" in words and words[words.index(b"@") + 1 : words.index(b"@") + 2] == [service]:
+            if channel == "+failover-state-send-slaveof-noone":
+                self._held_until = time.monotonic() + HOLD_S
+                self._open.clear()
+            else:  # the failover was aborted: the old master stays
+                self._open.set()
+
+    def _watch(self, sentinel: Any) -> None:
+        pool = sentinel.connection_pool
+        backoff = 0.05
+        while not self._stop.is_set():
+            conn = pool.connection_class(**pool.connection_kwargs)
+            self._conns.append(conn)
+            try:
+                conn.connect()
+                conn.send_command("SUBSCRIBE", *SENTINEL_EVENTS)
+                for _ in SENTINEL_EVENTS:
+                    conn.read_response(push_request=True)
+                backoff = 0.05
+                while not self._stop.is_set():
+                    if not conn.can_read(timeout=5.0):
+                        if not self._open.is_set() and time.monotonic() > self._held_until:
+                            self._open.set()  # no new master announced in time: go on
+                        continue
+                    message = conn.read_response(push_request=True)
+                    if message and _str(message[0]) == "message":
+                        self._event(sentinel, _str(message[1]), bytes(message[2]))
+            except Exception as exc:  # a sentinel down: try it again after a pause
+                if not self._stop.is_set():
+                    log.debug("delayq: watching a sentinel failed (%s); retrying", exc)
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, 2.0)
+            finally:
+                self._conns.remove(conn)
+                with contextlib.suppress(Exception):
+                    conn.disconnect()
+
+    def close(self) -> None:
+        if not self._threads:
+            return
+        self._stop.set()
+        self._open.set()
+        for conn in list(self._conns):
+            sock = getattr(conn, "_sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+        for thread in self._threads:
+            thread.join(2.0)
+        self._threads = []
 
 
 class Hold:

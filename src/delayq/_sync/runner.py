@@ -135,7 +135,8 @@ class Runner:
         self._hold = backend.Hold()
         self._kept: Any = None
         self._kept_pid = 0
-        self._slots: dict[int, tuple[str, int]] = {}  # cluster: slot -> node, from MOVED
+        self._slots: dict[int, tuple[str, int]] = {}  # cluster: slot -> node
+        self._watch = backend.SentinelWatch(client)
         self._connected = False
         self._closed = False
 
@@ -149,6 +150,7 @@ class Runner:
         if self._closed:
             return
         self._closed = True
+        self._watch.close()
         conn, self._kept = self._kept, None
         if conn is not None and self._kept_pid == backend.process_id():
             backend.disconnect(conn)
@@ -200,7 +202,8 @@ class Runner:
         groups: dict[Any, list[int]] = {}
         for i, (_, keys, _) in enumerate(calls):
             slot = key_slot(keys[0].encode())
-            groups.setdefault(self._address(slot) if self._cluster else None, []).append(i)
+            where = self._address(slot) if self._cluster else None
+            groups.setdefault(where, []).append(i)
         replies: list[Any] = [None] * len(calls)
         for indexes in groups.values():
             got = self._exchange_mixed([calls[i] for i in indexes])
@@ -345,6 +348,7 @@ class Runner:
         address = self._slots.get(slot)
         if address is None:
             address = backend.slot_address(backend.resolve(self._client), slot)
+            self._slots[slot] = address  # until a MOVED or a lost node says otherwise
         return address
 
     # -- retries ----------------------------------------------------------------------------
@@ -352,10 +356,12 @@ class Runner:
     def _retrying(self, attempt: Callable[[], Any], deadline: float | None) -> Any:
         """Call ``attempt`` until it gets through or ``deadline`` passes."""
         self._check_open()
+        self._watch.start()  # once; in the caller's event loop, for the asyncio runner
         if deadline is not None and deadline < 0:
             deadline = backend.monotonic() + self.reconnect_s
         backoff, failures = Backoff(), 0
         while True:
+            self._watch.wait(deadline)  # a Sentinel promotion under way: let it finish
             try:
                 result = attempt()
             except _Redirected as exc:
@@ -411,6 +417,7 @@ class Runner:
 
 def _send(conn: Any, commands: Sequence[Command]) -> list[Any]:
     """Write ``commands`` at once and read every reply, error replies in place."""
+    backend.ensure_connected(conn)
     if len(commands) == 1:  # the hot path: one EVALSHA
         conn.send_command(*commands[0])
     else:
