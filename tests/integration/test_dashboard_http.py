@@ -21,7 +21,6 @@ from delayq import AsyncDelayQueue, ConfigError, Stats
 from delayq.cli import main
 from delayq.dashboard import Settings, create_app
 from delayq.dashboard.app import Dashboard
-from delayq.dashboard.monitor import BatchingRedis
 from delayq.dashboard.security import check_bind
 from delayq.dashboard.series import History, Sample, bins_of, health, quantile
 from delayq.embedded import EmbeddedRedis, free_port
@@ -124,23 +123,24 @@ async def test_stats_of_many_queues_take_one_pipelined_round(queues: Any, dash: 
     _, board = dash()
     await board.monitor.snapshot()  # loads the script
     names = await board.monitor.names()
-    flushes: list[int] = []
-    original = BatchingRedis._flush
+    rounds: list[int] = []
+    runner = board.monitor.runner
+    original = runner._exchange_mixed
 
-    async def counting(self: BatchingRedis) -> None:
-        flushes.append(len(self._pending))
-        await original(self)
+    async def counting(calls: Any) -> Any:
+        rounds.append(len(calls))
+        return await original(calls)
 
-    BatchingRedis._flush = counting  # type: ignore[method-assign]
+    runner._exchange_mixed = counting
     try:
         snap = await board.monitor.snapshot(names)
-        assert flushes == [31]  # 30 stats scripts and TIME, one round
-        flushes.clear()
+        assert rounds == [30]  # 30 stats scripts, one pipelined round
+        rounds.clear()
         chunked = await board.monitor.snapshot(names, chunk=12)  # as the sampler reads
     finally:
-        BatchingRedis._flush = original  # type: ignore[method-assign]
+        del runner._exchange_mixed
     assert len(snap.stats) == 30 and all(s.delayed == 1 for s in snap.stats)
-    assert flushes == [13, 12, 6]  # rounds the event loop can serve pages between
+    assert rounds == [12, 12, 6]  # rounds the event loop can serve pages between
     assert [s.queue for s in chunked.stats] == [s.queue for s in snap.stats]
 
 

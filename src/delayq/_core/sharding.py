@@ -12,10 +12,13 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..exceptions import ConfigError
-from .keys import validate_name
+from .keys import QueueKeys, validate_name
 from .models import Stats
+from .protocol import stats_from_reply
+from .scripts import Op
 
 SLOTS = 16384  # Redis Cluster's hash slots
 MAX_SHARDS = 1024
@@ -134,3 +137,46 @@ def merged_stats(name: str, parts: Sequence[Stats]) -> Stats:
         consumer_seen_at=max(seen) if seen else None,
         shards=tuple(parts),
     )
+
+
+def layouts_of(raw: dict[Any, Any]) -> dict[str, Layout]:
+    """Queue name -> layout, from the recorded shard counts (an HGETALL of shards_key)."""
+    layouts = {}
+    for name, value in raw.items():
+        layout = recorded_layout(value)
+        if layout is not None:
+            text = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+            layouts[text] = layout
+    return layouts
+
+
+class StatsPlan:
+    """Reading the stats of many queues in one round: a sharded queue's shards (a reshard's
+    previous ones included) are read beside the others and summed back into one Stats."""
+
+    def __init__(
+        self, prefix: str, names: Sequence[str], layouts: dict[str, Layout], overdue_ms: int
+    ) -> None:
+        self.names = list(names)
+        self._layouts = layouts
+        self._parts = {n: layouts[n].names(n) if n in layouts else [n] for n in self.names}
+        self.calls: list[tuple[Any, tuple[str, ...], list[Any]]] = [
+            (Op.STATS, QueueKeys(prefix, sub).all, [overdue_ms])
+            for name in self.names
+            for sub in self._parts[name]
+        ]
+
+    def stats(self, replies: Sequence[Any]) -> list[Stats]:
+        """The Stats of every name, in order, from the replies of :attr:`calls` (raises the
+        first error reply)."""
+        replies_left = iter(replies)
+        result = []
+        for name in self.names:
+            read = []
+            for sub in self._parts[name]:
+                reply = next(replies_left)
+                if isinstance(reply, Exception):
+                    raise reply
+                read.append(stats_from_reply(sub, reply))
+            result.append(merged_stats(name, read) if name in self._layouts else read[0])
+        return result

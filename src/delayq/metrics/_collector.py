@@ -16,7 +16,6 @@ from redis.exceptions import RedisError
 from .._core import protocol, sharding
 from .._core.keys import QueueKeys
 from .._core.models import Stats
-from .._core.scripts import Op
 from .._core.text import printable
 from .._core.timing import duration_ms
 from .._sync import runner
@@ -76,7 +75,6 @@ class QueueCollector(Collector):
         self._overdue_ms = duration_ms(overdue_after, "overdue_after")
         # A scrape rides out a short blip, then reports delayq_exporter_up 0.
         self._runner = runner.connect(redis, "delayq-exporter", timeout)
-        self._keys: dict[str, tuple[str, ...]] = {}  # queue name -> its key list
         self._outage_since: float | None = None  # monotonic time of the first failed scrape
         self._outage_lock = threading.Lock()  # scrapes may run on several server threads
 
@@ -106,43 +104,9 @@ class QueueCollector(Collector):
         names = self.names()
         if not names:
             return []
-        counts = self._layouts()
-        parts = {name: counts[name].names(name) if name in counts else [name] for name in names}
-        subs = [sub for name in names for sub in parts[name]]
-        calls = [(Op.STATS, self._queue_keys(sub), [self._overdue_ms]) for sub in subs]
-        replies = iter(self._runner.many(calls))
-        result = []
-        for name in names:
-            read = []
-            for sub in parts[name]:
-                reply = next(replies)
-                if isinstance(reply, Exception):
-                    raise reply
-                read.append(stats_of(sub, reply))
-            result.append(sharding.merged_stats(name, read) if name in counts else read[0])
-        return result
-
-    def _layouts(self) -> dict[str, sharding.Layout]:
-        """Sharded queue name -> its layout (a reshard's previous one included), as Redis
-        recorded them (one HGETALL)."""
         raw = self._runner.command("HGETALL", sharding.shards_key(self.prefix))
-        layouts = {}
-        for name, value in raw.items():
-            layout = sharding.recorded_layout(value)
-            if layout is not None:
-                layouts[bytes(name).decode(errors="replace")] = layout
-        return layouts
-
-    def _queue_keys(self, name: str) -> tuple[str, ...]:
-        keys = self._keys.get(name)
-        if keys is None:
-            keys = self._keys[name] = self._key_list(name)
-        return keys
-
-    def _key_list(self, name: str) -> tuple[str, ...]:
-        if len(self._keys) > 10_000:  # names come and go; never grow without bound
-            self._keys.clear()
-        return QueueKeys(self.prefix, name).all
+        plan = sharding.StatsPlan(self.prefix, names, sharding.layouts_of(raw), self._overdue_ms)
+        return plan.stats(self._runner.many(plan.calls))
 
     # -- prometheus -------------------------------------------------------------------------
 
