@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from ._metrics import OutboxCollector
 from ._outbox import AsyncOutbox, DeadRow, Outbox, OutboxStatus, QueueBacklog
-from ._relay import AsyncRelay, Relay, RelayStats
+from ._relay import AsyncRelay, RelayStats
 from ._rows import QueueFormat
+from ._threaded import Relay
 
 __all__ = [
     "AsyncOutbox",
