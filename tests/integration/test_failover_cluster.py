@@ -24,7 +24,7 @@ from .procs.ha_load import HaLoad, Tally, now_ms
 
 pytestmark = [pytest.mark.topology, pytest.mark.timeout(180)]
 
-TASKS, RATE, FAULT_AFTER = 600, 100.0, 150
+TASKS, RATE, FAULT_AFTER = 400, 100.0, 100
 
 
 @pytest.fixture(scope="module")
@@ -93,11 +93,14 @@ def assert_resumed_everywhere(tally: Tally, load: HaLoad, names: list[str], sinc
     assert {r["queue"] for r in late} == set(names)
 
 
-@pytest.mark.parametrize("form", ["client", "url"])
+@pytest.mark.parametrize(
+    ("form", "kind"),
+    [("client", "thread"), ("url", "thread"), ("client", "async"), ("url", "async")],
+)
 def test_cluster_failover_under_load_loses_nothing(
-    healthy: ReplicatedCluster, redis7_server: EmbeddedRedis, prefix: str, form: str
+    healthy: ReplicatedCluster, redis7_server: EmbeddedRedis, prefix: str, form: str, kind: str
 ) -> None:
-    load, names = start_load(healthy, redis7_server, prefix, form)
+    load, names = start_load(healthy, redis7_server, prefix, form, kind)
     with load:
         old = healthy.master_of(key_slot(names[0].encode()))
         fault_ms = now_ms()

