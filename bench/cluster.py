@@ -80,7 +80,7 @@ ONE_CORE_US = 1_000_000  # one Redis main thread: a second of CPU per second, at
 class Sizes:
     durable_one: int = 3_000
     durable_bulk: int = 50_000
-    durable_rounds: int = 3
+    durable_rounds: int = 5
     spread_n: int = 20_000
     burst_n: int = 1_000_000
     steady_n: int = 2_000
@@ -613,42 +613,156 @@ def bench_control(binary: str, s: Sizes, concurrency: int) -> dict[str, Any]:
 # -- 6. the projection ---------------------------------------------------------------------------
 
 
+def _worst_cost(section: dict[str, Any] | None) -> float | None:
+    if not section:
+        return None
+    costs = [row["cpu_us_per_task"] for row in section["cpu"].values() if row["cpu_us_per_task"]]
+    return max(costs) if costs else None
+
+
 def projection(results: dict[str, Any]) -> dict[str, Any]:
-    """What a 10-master cluster could carry, from the measured Redis CPU per task."""
-    source = results.get("burst") or results.get("spread", {}).get("orders")
-    if not source:
+    """What a 10-master cluster could carry, from the measured Redis CPU per task, for the
+    bulk regime (the burst) and the one-by-one regime (the spread's mixed load)."""
+    bulk = _worst_cost(results.get("burst"))
+    single = _worst_cost(results.get("spread", {}).get("orders"))
+    if bulk is None and single is None:
         return {}
-    costs = [row["cpu_us_per_task"] for row in source["cpu"].values() if row["cpu_us_per_task"]]
-    worst = max(costs)
-    per_master = ONE_CORE_US / worst
-    even_shards = 40  # a multiple of 10: every master gets 4 shards
     headroom = 0.7  # plan a Redis main thread at 70% busy, not 100%
-    drain = results.get("burst", {}).get("per_s", 0)
-    out = {
-        "cpu_us_per_task_worst_master": worst,
-        "one_master_ceiling_per_s": round(per_master),
-        "ten_masters_ceiling_per_s": round(10 * per_master),
-        "ten_masters_at_70pct_per_s": round(10 * per_master * headroom),
-        "ten_masters_16_shards_per_s": round(per_master * headroom * SHARDS / 2),
-        "reasoning": (
-            f"Every task costs its shard's master about {worst:.1f} us of Redis CPU (offer, "
-            "fetch, ack; the worst master of this run). Redis runs scripts on one thread, so a "
-            f"master tops out near 1 s / {worst:.1f} us = {per_master:,.0f} tasks/s. Shards "
-            "share no key, so masters add up: with shards a multiple of the masters (e.g. "
-            f"shards={even_shards} on 10 masters, 4 each) 10 masters carry 10 x that, "
-            f"{10 * per_master:,.0f} tasks/s, or {10 * per_master * headroom:,.0f} at a planned "
-            "70% busy. With shards=16 on 10 masters, 6 masters hold 2 shards and 4 hold 1: "
-            "the busiest master carries 2/16 of the load, so the cluster saturates at "
-            f"{per_master * headroom * SHARDS / 2:,.0f} tasks/s (70% busy). The clients must "
-            "scale too: one AsyncWorker process drains about "
-            f"{drain:,} tasks/s here (client-bound: it "
-            "has one core of this 2-core machine), so the ceiling needs about "
-            f"{math.ceil(10 * per_master * headroom / max(1, drain))}"
-            " such worker processes, on machines of their own. Not measured here: this "
-            "machine has 2 cores, so 3 local masters and the worker share them."
+    out: dict[str, Any] = {"planned_busy": headroom}
+    for regime, cost in (("bulk", bulk), ("one_by_one", single)):
+        if cost is not None:
+            per_master = ONE_CORE_US / cost
+            out[regime] = {
+                "cpu_us_per_task_worst_master": cost,
+                "one_master_ceiling_per_s": round(per_master),
+                "ten_masters_at_70pct_per_s": round(10 * per_master * headroom),
+                # 16 shards on 10 masters: 6 hold 2 shards, 4 hold 1; the busiest carries 2/16.
+                "ten_masters_16_shards_at_70pct_per_s": round(per_master * headroom * SHARDS / 2),
+            }
+    worker = results.get("burst", {}).get("per_s_with_a_free_core")
+    lines = [
+        "Redis runs a script on one thread, so a master saturates at 1 s of CPU per second; "
+        "shards share no key, so masters add up, as long as the shards spread evenly over "
+        "them (shards a multiple of the masters, e.g. shards=40 on 10 masters: 4 each; with "
+        "shards=16 on 10 masters 6 masters hold 2 shards and 4 hold 1, so the busiest "
+        "carries 2/16 of the load and the cluster saturates at 8x one master, not 10x)."
+    ]
+    regimes = (
+        ("bulk", "In bulk (offer_many, fetches and acks of many tasks)"),
+        (
+            "one_by_one",
+            "One by one (the spread's mixed load: single offers, tasks due a few at a time, "
+            "so each fetch and ack carries few)",
         ),
-    }
+    )
+    for regime, label in regimes:
+        if regime in out:
+            r = out[regime]
+            lines.append(
+                f"{label} a task costs its master {r['cpu_us_per_task_worst_master']:.1f} us: "
+                f"{r['one_master_ceiling_per_s']:,} tasks/s per master, "
+                f"{r['ten_masters_at_70pct_per_s']:,} tasks/s on 10 masters at 70% busy "
+                f"({r['ten_masters_16_shards_at_70pct_per_s']:,} with shards=16)."
+            )
+    if worker and "bulk" in out:
+        need = math.ceil(out["bulk"]["ten_masters_at_70pct_per_s"] / worker)
+        lines.append(
+            f"The consumers must scale too: one AsyncWorker process spends "
+            f"{ONE_CORE_US / worker:.1f} us of its own CPU per task ({worker:,} tasks/s with "
+            f"a core to itself), so the bulk figure needs about {need} worker processes, on "
+            "machines of their own."
+        )
+    lines.append(
+        "Not measured: this machine has 2 cores, so the 3 local masters, the worker and the "
+        "producer share them; CPU costs depend on that far less than rates do."
+    )
+    out["reasoning"] = " ".join(lines)
     return out
+
+
+def summary(results: dict[str, Any]) -> list[str]:
+    """The bars and what was measured, one line each (docs/ha.md shows these lines)."""
+    lines = []
+
+    def row(what: str, measured: str, met: bool | None) -> None:
+        verdict = "" if met is None else ("met" if met else "MISSED")
+        lines.append(f"{what:<46} {measured:<50} {verdict}".rstrip())
+
+    if "spread" in results:
+        for name in ("orders", "promo"):
+            r = results["spread"][name]
+            split = "/".join(str(n) for n in sorted(r["shards_per_master"].values()))
+            row(
+                f"spread {name!r} ({split} shards), 25-42%",
+                f"{r['min_share_pct']}% .. {r['max_share_pct']}% of calls per master",
+                r["bar_met"],
+            )
+        layouts = results["spread"]["layouts"]
+        row(
+            "  names whose 16 shards fall 4/6/6",
+            f"{layouts['names_with_a_master_at_25pct_or_less']} of {layouts['names']}",
+            None,
+        )
+    if "steady" in results:
+        r = results["steady"]
+        row(
+            "steady lateness p99 <= 10 ms",
+            f"p50 {r['p50_ms']:g}, p99 {r['p99_ms']:g}, max {r['max_ms']:g} ms, early {r['early']}",
+            r["bar_met"],
+        )
+    if "burst" in results:
+        r = results["burst"]
+        row(
+            f"burst {r['tasks']:,}: >= 20,000/s, 0 lost/dup",
+            f"{r['per_s']:,}/s, lost {r['lost']}, duplicated {r['duplicated']}",
+            r["bar_met"],
+        )
+        row(
+            "  worker CPU per task (rate with a free core)",
+            f"{r['worker_cpu_us_per_task']} us ({r['per_s_with_a_free_core']:,}/s)",
+            None,
+        )
+        for master, c in r["cpu"].items():
+            row(
+                f"  Redis CPU per task, {master}",
+                f"{c['cpu_us_per_task']} us ({c['tasks']:,} tasks)",
+                None,
+            )
+    if "spread" in results:
+        for master, c in results["spread"]["orders"]["cpu"].items():
+            row(
+                f"  one-by-one load, {master}",
+                f"{c['cpu_us_per_task']} us ({c['tasks']:,} tasks)",
+                None,
+            )
+    if "durable" in results:
+        r = results["durable"]
+        for kind, label in (("one_by_one", "one by one"), ("bulk", "offer_many")):
+            row(
+                f"durable offers/s, {label}",
+                f"{r['durable'][kind + '_per_s']:,} vs {r['plain'][kind + '_per_s']:,} "
+                f"without ({r[kind + '_ratio']}x)",
+                None,
+            )
+    if "control" in results:
+        r = results["control"]
+        row(
+            "control: plain queue, one Redis, steady",
+            f"p50 {r['steady']['p50_ms']:g}, p99 {r['steady']['p99_ms']:g}, "
+            f"max {r['steady']['max_ms']:g} ms",
+            None,
+        )
+        row("control: plain queue, one Redis, burst", f"{r['burst']['per_s']:,}/s", None)
+    for regime in ("bulk", "one_by_one"):
+        r = results.get("projection_10_masters", {}).get(regime)
+        if r:
+            row(
+                f"projection, 10 masters at 70%, {regime.replace('_', ' ')}",
+                f"{r['ten_masters_at_70pct_per_s']:,} tasks/s "
+                f"(shards=16: {r['ten_masters_16_shards_at_70pct_per_s']:,})",
+                None,
+            )
+    return lines
 
 
 # -- main ----------------------------------------------------------------------------------------
@@ -718,6 +832,8 @@ def main(argv: list[str] | None = None) -> int:
         results["projection_10_masters"] = projection(results)
         print(f"projection: {json.dumps(results['projection_10_masters'], indent=2)}")
     results["seconds"] = round(time.perf_counter() - started, 1)
+    results["summary"] = summary(results)
+    print("\n".join(results["summary"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out} ({results['seconds']} s)")
