@@ -30,7 +30,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -282,6 +282,18 @@ _LATENESS = text(
 )
 
 
+def _bucket_p99(buckets: Mapping[float, int]) -> str:
+    """The bucket of the queue's delivery-lateness histogram that holds the 99th percentile:
+    delayq's own part of the close lateness (the rest is the handler's transaction)."""
+    total = sum(buckets.values())
+    seen = 0
+    for bound, count in sorted(buckets.items()):
+        seen += count
+        if total and seen >= 0.99 * total:
+            return f"<= {bound * 1000:g} ms" if bound != float("inf") else "> 60 s"
+    return "-"
+
+
 async def wait_closed(engine: Any, timeout: float) -> int:
     """Wait until no order is pending past its due time and none is due any more."""
     deadline = time.monotonic() + timeout
@@ -341,6 +353,7 @@ async def check(
         ("p99 from the order's own due_at (ms)", f"{late['p99_order'] or 0:.1f}"),
         ("request errors", dict(traffic.errors) or "none"),
         ("outbox rows left (pending / dead)", f"{outbox_status.pending} / {outbox_status.dead}"),
+        ("delivery lateness p99 (Redis hand-out)", _bucket_p99(stats.lateness)),
         ("redis counters", ", ".join(f"{k}={v}" for k, v in sorted(stats.counters.items()))),
     ]  # fmt: skip
     width = max(len(name) for name, _ in rows)
