@@ -6,6 +6,7 @@ or on a pseudo-terminal (where rich draws its tables), against the test's own re
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.metadata
 import os
 import pty
@@ -365,11 +366,19 @@ def test_a_payload_nested_950_deep_prints(
         inner.append([])
         inner = inner[0]
     q = queue("deep", max_attempts=1)
-    task_id = q.offer(deep, 3600)  # accepted by offer, so it must be viewable
-    dead_id = q.offer({"wrapped": deep}, 0)
-    task = q.poll(1)
-    assert task is not None and task.id == dead_id
-    q.reject(task, "too deep")
+
+    def produce() -> tuple[str, str]:
+        # In a thread of its own, as a producer runs it: the encoder's depth limit counts the
+        # caller's frames too, and pytest's (more under xdist) would use up ~80 of 1,000.
+        task_id = q.offer(deep, 3600)  # accepted by offer, so it must be viewable
+        dead_id = q.offer({"wrapped": deep}, 0)
+        task = q.poll(1)
+        assert task is not None and task.id == dead_id
+        q.reject(task, "too deep")
+        return task_id, dead_id
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        task_id, dead_id = pool.submit(produce).result(timeout=30)
 
     got, got_json, inspected, inspected_json, dead = run_many([
         ["get", "deep", task_id, *target],
@@ -381,8 +390,10 @@ def test_a_payload_nested_950_deep_prints(
     for result in (got, inspected, dead):
         assert result.code == 0 and "RecursionError" not in result.err, result
         assert "[[[[" in result.out, result
-    assert got_json.json()["payload"] == deep
-    assert {t["id"] for t in inspected_json.json()} == {task_id, dead_id}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # deep JSON: a shallow stack
+        payload = pool.submit(lambda: got_json.json()["payload"] == deep).result(timeout=30)
+        ids = pool.submit(lambda: {t["id"] for t in inspected_json.json()}).result(timeout=30)
+    assert payload and ids == {task_id, dead_id}
 
 
 def test_msgpack_headers_with_odd_keys_and_binary_values_show_safely(
