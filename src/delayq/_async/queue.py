@@ -320,26 +320,28 @@ class AsyncDelayQueue(Generic[PayloadT]):
         """
         plain = key is None and id is None and at is None and ttl is None and key_ttl is None
         if plain and priority == 0 and not headers:  # the common case, on a shorter path
-            spec = build_plain_offer(self._codec, payload, delay)
             self._offer_mode(dedup)
-            await self._register()
-            for _ in range(protocol.ID_DRAWS):
-                if self._durability is None:
-                    status = await self._run(
-                        Op.OFFER_ONE, list(spec[:3]), keys=self._offer_one_keys
-                    )
-                else:
-                    (status,) = await self._write(
-                        Op.OFFER_ONE, [list(spec[:3])], [spec.id], keys=self._offer_one_keys
-                    )
-                if status != protocol.ID_TAKEN:  # 0: an earlier attempt wrote it, reply lost
-                    return TaskId(spec.id)
-                spec = spec._replace(id=protocol.new_task_id())
-            raise protocol.no_free_id()
+            return await self._offer_plain(build_plain_offer(self._codec, payload, delay))
         offer = Offer(payload, delay, at, key, id, priority, headers, ttl, key_ttl)
         spec = build_offer(self._codec, offer)
         written = await self._write_offers(self._offer_mode(dedup), [spec], [id is None])
         return check_conflicts(written)[0]
+
+    async def _offer_plain(self, spec: OfferSpec) -> TaskId:
+        """Offer a task with no options but its delay, whose id the queue drew: one short
+        script (offer_one.lua), the producer's hot path."""
+        await self._register()
+        for _ in range(protocol.ID_DRAWS):
+            if self._durability is None:
+                status = await self._run(Op.OFFER_ONE, list(spec[:3]), keys=self._offer_one_keys)
+            else:
+                (status,) = await self._write(
+                    Op.OFFER_ONE, [list(spec[:3])], [spec.id], keys=self._offer_one_keys
+                )
+            if status != protocol.ID_TAKEN:  # 0: an earlier attempt wrote it, reply lost
+                return TaskId(spec.id)
+            spec = spec._replace(id=protocol.new_task_id())
+        raise protocol.no_free_id()
 
     async def offer_many(
         self, items: Iterable[Offer | tuple[Any, Duration | None]], *, dedup: str | None = None

@@ -18,7 +18,14 @@ from .._core.codecs import PayloadT
 from .._core.durability import Durability
 from .._core.keys import QueueKeys
 from .._core.models import DeadTask, Stats, TaskInfo, TaskState
-from .._core.offers import Offer, TaskId, build_offer, build_plain_offers, check_conflicts
+from .._core.offers import (
+    Offer,
+    TaskId,
+    build_offer,
+    build_plain_offer,
+    build_plain_offers,
+    check_conflicts,
+)
 from .._core.protocol import OfferSpec, Policy
 from .._core.scripts import Op
 from .._core.timing import Duration, duration_ms
@@ -200,10 +207,18 @@ class AsyncShardedQueue(AsyncDelayQueue[PayloadT]):
         dedup: str | None = None,
     ) -> TaskId:
         """Schedule ``payload`` on its shard; see :meth:`AsyncDelayQueue.offer`."""
+        mode = self._offer_mode(dedup)
+        plain = key is None and id is None and at is None and ttl is None and key_ttl is None
+        if plain and priority == 0 and not headers:  # the producer's hot path, on its shard
+            task_id = protocol.new_task_id()
+            spec = build_plain_offer(self._codec, payload, delay, task_id)
+            await self._register()
+            return await self._parts[sharding.shard_of(task_id, len(self._parts))]._offer_plain(
+                spec
+            )
         offer = Offer(payload, delay, at, key, id, priority, headers, ttl, key_ttl)
         shard, new_id = self._route(offer)
         spec = build_offer(self._codec, offer, new_id)
-        mode = self._offer_mode(dedup)
         await self._register()
         part = self._parts[shard] if key is None else await self._keyed_part(key, shard)
         return check_conflicts(await part._write_offers(mode, [spec], [id is None]))[0]

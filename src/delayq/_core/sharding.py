@@ -39,7 +39,8 @@ def check_shards(shards: object) -> int:
 
 def shard_names(name: str, shards: int) -> list[str]:
     """The sub-queue names of a logical queue: ``<name>~<i>.<salt>``, the salt being the
-    first that puts sub-queue ``i``'s slot in the ``i``-th of ``shards`` equal slot ranges.
+    first that puts sub-queue ``i``'s slot near the middle of the ``i``-th of ``shards`` equal
+    slot ranges.
     Masters own ranges of slots, so the sub-queues spread over them as evenly as the count
     allows; every client computes the same names."""
     validate_name(name)
@@ -47,9 +48,12 @@ def shard_names(name: str, shards: int) -> list[str]:
         raise ConfigError(f"a sharded queue's name has at most {MAX_SHARDED_NAME} characters")
     names = []
     for i in range(shards):
+        # Near the middle of its range, not anywhere in it: a range that straddles two
+        # masters' slots then goes to the master that owns most of it, whatever the name.
         low, high = i * SLOTS // shards, (i + 1) * SLOTS // shards
+        middle, leeway = (low + high) / 2, max((high - low) / 8, 8)
         salt = 0
-        while not low <= key_slot(f"{name}~{i}.{salt}") < high:
+        while abs(key_slot(f"{name}~{i}.{salt}") + 0.5 - middle) > leeway:
             salt += 1
         names.append(f"{name}~{i}.{salt}")
     return names
