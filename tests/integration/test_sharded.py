@@ -332,3 +332,22 @@ def test_reshard_command(make_queue, redis_server, prefix) -> None:
     )
     assert refused.returncode != 0 and "1 task(s) still" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_stats_command_shows_each_shard(make_queue, redis_server, prefix) -> None:
+    q = make_queue("promo", shards=3)
+    q.offer_many([(n, 60) for n in range(30)])
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    out = subprocess.run(
+        [*CLI, "stats", "promo", "--redis", redis_server.url, "--prefix", prefix],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    shards = [line for line in lines if line.startswith("promo  shard ")]
+    (total,) = [line for line in lines if line.startswith("promo ") and line not in shards]
+    assert total.split()[1] == "30" and len(shards) == 3
+    assert sum(int(line.split()[4]) for line in shards) == 30

@@ -209,6 +209,19 @@ def _count(n: int, style: str) -> Text:
     return Text(str(n), style=style if n else "")
 
 
+def with_shards(rows: Sequence[Stats]) -> list[Stats]:
+    """Each queue's row, then its shards' rows (a sharded queue's breakdown) named
+    ``<queue>  shard <i>: <sub-queue>``."""
+    out = []
+    for row in rows:
+        out.append(row)
+        out += [
+            dataclasses.replace(part, queue=f"{row.queue}  shard {i}: {part.queue}")
+            for i, part in enumerate(row.shards)
+        ]
+    return out
+
+
 def stats_table(rows: Sequence[Stats], title: str | None = None, width: int = 200) -> Group:
     """The counts table; lifetime counters go in it on wide screens, else in a second one.
     A queue name is never cut: at worst it folds onto a second line."""
@@ -224,7 +237,7 @@ def stats_table(rows: Sequence[Stats], title: str | None = None, width: int = 20
     counters.add_column("lifetime counters", overflow="fold")
     if wide:
         table.add_column("counters", overflow="fold")
-    for s in rows:
+    for s in with_shards(rows):
         cells: list[Text | str] = [
             safe(s.queue),
             str(s.delayed),
@@ -249,7 +262,7 @@ def stats_lines(rows: Sequence[Stats]) -> list[str]:
     """The stats as plain aligned lines, for a pipe: a header, then one line per queue, never
     cut (``delayq stats | grep orders`` finds the queue)."""
     table = [list(STATS_COLUMNS)]
-    for s in rows:
+    for s in with_shards(rows):
         table.append(
             [
                 printable(s.queue),
