@@ -108,7 +108,9 @@ def test_killed_cluster_master_is_replaced_and_rejoins_as_a_replica(
     old = cluster.master_of(slot)
     client = cluster.client()
     try:
-        client.set("topology-kill", "kept")
+        with old.client() as direct:  # the write and its WAIT on one connection
+            direct.set("topology-kill", "kept")
+            assert direct.execute_command("WAIT", 1, 2000) == 1, "the replica did not ack"
         old.kill()
         new = cluster.wait_for_new_master(old, slot=slot)
         assert new is not old and cluster.master_of(slot) is new
