@@ -154,22 +154,14 @@ def test_stopped_master_back_as_a_replica_takes_no_writes_and_no_leases(
     assert new.role() == "master" and old.role() == "slave"
 
 
-@pytest.fixture
-def url_load(healthy: SentinelGroup, redis7_server: EmbeddedRedis, prefix: str) -> Iterator[HaLoad]:
-    with HaLoad(healthy.url, redis7_server.url, prefix, ["orders"]) as driver:
-        yield driver
-
-
 def test_idle_workers_take_tasks_from_the_new_master_soon_after_a_graceful_failover(
-    url_load: HaLoad, healthy: SentinelGroup
+    load: HaLoad, healthy: SentinelGroup
 ) -> None:
-    # Through the URL: a master_for client passed in keeps looking at the old master until
-    # Sentinel demotes it (about 10 s).
-    url_load.start_workers(2)
+    load.start_workers(2)
     healthy.failover()
-    url_load.start_producer(5, rate=2.0, delay_s=0.2)
-    url_load.wait_producers(30)
-    tally = url_load.wait_all_handled(30)
+    load.start_producer(5, rate=2.0, delay_s=0.2)
+    load.wait_producers(30)
+    tally = load.wait_all_handled(30)
     lateness = sorted(r["lateness_ms"] for runs in tally.handled.values() for r in runs)
     assert tally.lost == [] and len(lateness) == 5, tally.summary()
     assert max(lateness) < 1000, f"lateness after the failover: {lateness} ms"
