@@ -109,6 +109,11 @@ def is_cluster(client: Any) -> bool:
     return isinstance(client, aioredis.RedisCluster)
 
 
+def is_sentinel(client: Any) -> bool:
+    """A client whose connections a Sentinel group points at the master."""
+    return isinstance(getattr(client, "connection_pool", None), SentinelConnectionPool)
+
+
 def is_plain(client: Any) -> bool:
     """A plain client whose pooled connections the runner may use directly."""
     return type(client) is aioredis.Redis and client.connection is None

@@ -135,7 +135,7 @@ class Runner:
         self._kept: Any = None
         self._kept_pid = 0
         self._slots: dict[int, tuple[str, int]] = {}  # cluster: slot -> node
-        self._watch = backend.SentinelWatch(client)
+        self._watch = backend.SentinelWatch(client) if backend.is_sentinel(client) else None
         self._connected = False
         self._closed = False
 
@@ -149,7 +149,8 @@ class Runner:
         if self._closed:
             return
         self._closed = True
-        await self._watch.close()
+        if self._watch is not None:
+            await self._watch.close()
         conn, self._kept = self._kept, None
         if conn is not None and self._kept_pid == backend.process_id():
             await backend.disconnect(conn)
@@ -169,8 +170,21 @@ class Runner:
         """Run the script of ``op`` once; its reply. ``deadline``: a monotonic time to give up
         at; -1 for the runner's reconnect timeout; None to retry for as long as it takes."""
         command = ("EVALSHA", script(op).sha, len(keys), *keys, *args)
+        if self._direct:  # the hot path: one script on the kept connection
+            return await self._retrying(lambda: self._direct_run(op, command), deadline)
         replies = await self._retrying(lambda: self._exchange(op, keys[0], [command]), deadline)
         return replies[0]
+
+    async def _direct_run(self, op: Op, command: Command) -> Any:
+        (reply,) = await self._on_own_connection((command,))
+        if isinstance(reply, ResponseError):
+            if not _noscript(reply):
+                raise reply
+            await self._on_own_connection((("SCRIPT", "LOAD", script(op).source),))
+            (reply,) = await self._on_own_connection((command,))
+            if isinstance(reply, ResponseError):
+                raise reply
+        return reply
 
     async def batch(
         self,
@@ -355,12 +369,15 @@ class Runner:
     async def _retrying(self, attempt: Callable[[], Any], deadline: float | None) -> Any:
         """Call ``attempt`` until it gets through or ``deadline`` passes."""
         self._check_open()
-        self._watch.start()  # once; in the caller's event loop, for the asyncio runner
+        watch = self._watch
+        if watch is not None:
+            watch.start()  # once; in the caller's event loop, for the asyncio runner
         if deadline is not None and deadline < 0:
             deadline = backend.monotonic() + self.reconnect_s
         backoff, failures = Backoff(), 0
         while True:
-            await self._watch.wait(deadline)  # a Sentinel promotion under way: let it finish
+            if watch is not None:
+                await watch.wait(deadline)  # a Sentinel promotion under way: let it finish
             try:
                 result = await attempt()
             except _Redirected as exc:
