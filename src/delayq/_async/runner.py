@@ -376,8 +376,12 @@ class Runner:
             deadline = backend.monotonic() + self.reconnect_s
         backoff, failures = Backoff(), 0
         while True:
-            if watch is not None:
-                await watch.wait(deadline)  # a Sentinel promotion under way: let it finish
+            if watch is not None and not await watch.wait(deadline):
+                # A Sentinel promotion is under way and the call's time ran out meanwhile:
+                # sending it now would reach the master that is being replaced.
+                raise RedisUnavailable(
+                    f"Redis at {self.where} is failing over (a replica is being promoted)"
+                )
             try:
                 result = await attempt()
             except _Redirected as exc:

@@ -217,13 +217,14 @@ class SentinelWatch:
             self._threads.append(thread)
             thread.start()
 
-    def wait(self, deadline: float | None) -> None:
-        """Return when no promotion is under way (or at ``deadline``, or HOLD_S after the
-        promotion began, whichever comes first)."""
+    def wait(self, deadline: float | None) -> bool:
+        """Wait while a promotion is under way, until ``deadline`` at the most (or HOLD_S
+        after the promotion began); whether calls may go now."""
         if self._open.is_set():
-            return
+            return True
         until = self._held_until if deadline is None else min(self._held_until, deadline)
         self._open.wait(max(until - time.monotonic(), 0))
+        return self._open.is_set() or time.monotonic() >= self._held_until
 
     def _event(self, sentinel: Any, channel: str, data: bytes) -> None:
         assert self._pool is not None
