@@ -192,3 +192,23 @@ def test_graceful_failover_loses_nothing_and_delivers_nothing_twice(
         tally, fault_ms, healthy
     )
     assert_workers_resumed(tally, load, fault_ms)
+
+
+def test_sigkill_of_the_master_with_durable_offers_loses_no_acknowledged_offer(
+    load: HaLoad, healthy: SentinelGroup
+) -> None:
+    """The same SIGKILL with Durability(replicas=1): an offer returns only once a replica has
+    it (else NotDurable, and the producer offers the same id again), so the promoted replica
+    holds every offer that returned."""
+    load.start_workers(2)
+    load.start_producer(TASKS, rate=RATE, durable=1)
+    load.wait_offered(FAULT_AFTER)
+    old = healthy.master()
+    fault_ms = now_ms()
+    old.kill()
+    healthy.wait_for_new_master(old)
+    load.wait_producers(60)
+    tally = load.wait_all_handled(30)
+    assert tally.lost == [], report(tally, fault_ms, healthy)
+    assert tally.unexpected == [] and tally.overlapping == []
+    assert_workers_resumed(tally, load, fault_ms)

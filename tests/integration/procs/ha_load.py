@@ -189,11 +189,13 @@ class HaLoad:
         delay_s: float = 0.3,
         first: int = 0,
         max_seconds: float = 90.0,
+        durable: int = 0,
     ) -> Proc:
         producer = Proc(
             "ha_producer.py", self.target, self.prefix, self.queues, self.ledger_url,
             "--count", str(count), "--rate", str(rate), "--delay", str(delay_s),
             "--first", str(first), "--max-seconds", str(max_seconds),
+            "--durable", str(durable),
         )  # fmt: skip
         self.producers.append(producer)
         producer.expect("ready", 30)

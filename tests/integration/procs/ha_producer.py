@@ -1,12 +1,13 @@
 """A producer for the failover scenarios, run as a separate process.
 
 Usage: ``python ha_producer.py TARGET PREFIX QUEUES LEDGER_URL [--count N] [--rate R]
-[--delay S] [--first N] [--max-seconds S]``
+[--delay S] [--first N] [--max-seconds S] [--durable REPLICAS]``
 
 ``TARGET`` is read by ha_client.py; ``QUEUES`` is a comma-separated list of queue names
 (task ``i`` goes to ``QUEUES[i % len]``). Task ``i`` gets the caller id ``p<i>`` and the
 payload ``{"i": i}``, due ``--delay`` seconds after its offer. An offer that raises is retried
-with the same id until it returns (a caller id makes the retry a no-op if the first one took).
+with the same id until it returns (a caller id makes the retry a no-op if the first one took);
+with ``--durable``, until it returns without ``NotDurable`` too.
 
 Everything is recorded in the ledger Redis at ``LEDGER_URL`` (which does not fail over):
 
@@ -28,7 +29,7 @@ import time
 import redis
 from ha_client import close_client, make_client
 
-from delayq import DelayQueue
+from delayq import DelayQueue, Durability
 
 
 def main() -> int:
@@ -43,13 +44,23 @@ def main() -> int:
     parser.add_argument("--delay", type=float, default=0.3)
     parser.add_argument("--reconnect-timeout", type=float, default=2.0)
     parser.add_argument("--max-seconds", type=float, default=90.0)
+    parser.add_argument(
+        "--durable", type=int, default=0, help="replicas each offer waits for (0: none)"
+    )
     args = parser.parse_args()
+    durability = Durability(replicas=args.durable, timeout=1.0) if args.durable else None
 
     give_up = time.monotonic() + args.max_seconds
     ledger = redis.Redis.from_url(args.ledger_url)
     client = make_client(args.target)
     queues = [
-        DelayQueue(name, client, prefix=args.prefix, reconnect_timeout=args.reconnect_timeout)
+        DelayQueue(
+            name,
+            client,
+            prefix=args.prefix,
+            reconnect_timeout=args.reconnect_timeout,
+            durability=durability,
+        )
         for name in args.queues.split(",")
     ]
     offered, errors = f"{args.prefix}:offered", f"{args.prefix}:errors"
