@@ -77,7 +77,9 @@ def measure(tally: Tally, fault_ms: int, delay_ms: int) -> int | None:
     return min(starts) - fault_ms - delay_ms if starts else None
 
 
-def run_one(kind: str, fault: str, form: str, args: argparse.Namespace) -> dict[str, Any]:
+def run_one(
+    kind: str, fault: str, form: str, durable: int, args: argparse.Namespace
+) -> dict[str, Any]:
     topology = SentinelGroup() if kind == "sentinel" else ReplicatedCluster()
     delay_ms = int(args.delay * 1000)
     with EmbeddedRedis() as ledger, running(topology):
@@ -86,7 +88,11 @@ def run_one(kind: str, fault: str, form: str, args: argparse.Namespace) -> dict[
             load.start_workers(2)
             budget_s = args.tasks / args.rate + 30
             load.start_producer(
-                args.tasks, rate=args.rate, delay_s=args.delay, max_seconds=budget_s
+                args.tasks,
+                rate=args.rate,
+                delay_s=args.delay,
+                max_seconds=budget_s,
+                durable=durable,
             )
             load.wait_offered(args.tasks // 10)
             fault_ms = now_ms()
@@ -105,6 +111,7 @@ def run_one(kind: str, fault: str, form: str, args: argparse.Namespace) -> dict[
         "topology": kind,
         "fault": fault,
         "form": form,
+        "durable": bool(durable),
         "detect_ms": detect_ms,
         "resume_ms": measure(tally, fault_ms, delay_ms),
         "offer_gap_ms": tally.longest_offer_gap_ms(),
@@ -124,6 +131,12 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=2000, help="offers per run")
     parser.add_argument("--rate", type=float, default=100.0, help="offers per second")
     parser.add_argument("--delay", type=float, default=0.05, help="each task's delay, s")
+    parser.add_argument(
+        "--durable",
+        choices=["no", "yes", "both"],
+        default="both",
+        help="offers with Durability(replicas=1), without, or each fault both ways",
+    )
     parser.add_argument("--json", action="store_true", help="write bench/results/ha.json")
     args = parser.parse_args()
 
@@ -135,10 +148,12 @@ def main() -> None:
             if fault not in FAULTS[kind]:
                 continue
             for form in forms:
-                print(f"{kind} {fault} ({form}) ...", flush=True)
-                row = run_one(kind, fault, form, args)
-                print("  " + ", ".join(f"{k}={v}" for k, v in row.items()), flush=True)
-                rows.append(row)
+                for durable in {"no": [0], "yes": [1], "both": [0, 1]}[args.durable]:
+                    label = ", durable offers" if durable else ""
+                    print(f"{kind} {fault} ({form}{label}) ...", flush=True)
+                    row = run_one(kind, fault, form, durable, args)
+                    print("  " + ", ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+                    rows.append(row)
     if args.json:
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / "ha.json").write_text(json.dumps(rows, indent=2) + "\n")
