@@ -45,7 +45,9 @@ async def test_index_and_queue_pages_on_a_cluster_url(
         row = row[: row.index("</tr>")]
         assert re.search(r'data-field="delayed">40<', row), row
         page = await client.get("/q/promo")
-        assert page.status_code == 200 and "promo" in page.text
+        assert page.status_code == 200 and 'id="shards"' in page.text
+        shards = re.findall(r'<tr data-shard="\d+">.*?data-field="delayed">(\d+)<', page.text)
+        assert len(shards) == 8 and sum(map(int, shards)) == 40
     finally:
         await client.aclose()
         await app.state.dashboard.monitor.close()
