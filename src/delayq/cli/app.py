@@ -197,11 +197,7 @@ class Session:
                 raw = self.runner.command("HGETALL", sharding.shards_key(self.prefix))
             except (RedisError, DelayqError) as exc:
                 raise CliError(f"cannot read queue shard counts: {exc}") from exc
-            self._shard_counts = {}
-            for name, value in raw.items():
-                count = sharding.recorded_count(value)
-                if count is not None:
-                    self._shard_counts[bytes(name).decode(errors="replace")] = count
+            self._shard_counts = {n: lay.shards for n, lay in sharding.layouts_of(raw).items()}
         return self._shard_counts
 
     @property
