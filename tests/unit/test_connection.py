@@ -154,3 +154,20 @@ def test_backoff_doubles_to_its_cap_and_stops_at_the_deadline() -> None:
     assert [backoff.pause(0.0, None) for _ in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
     assert Backoff(first=1.0).pause(10.0, 10.25) == 0.25
     assert Backoff(first=1.0).pause(11.0, 10.0) == 0
+
+
+def test_sentinel_failover_announcements() -> None:
+    from delayq._core.connection import FailoverNews, failover_news
+
+    promote = b"slave 127.0.0.1:7001 127.0.0.1 7001 @ shop 127.0.0.1 7000"
+    assert failover_news("+failover-state-send-slaveof-noone", promote, "shop") is (
+        FailoverNews.PROMOTING
+    )
+    assert failover_news("+failover-state-send-slaveof-noone", promote, "other") is None
+    switch = b"shop 127.0.0.1 7000 127.0.0.1 7001"
+    assert failover_news("+switch-master", switch, "shop") is FailoverNews.SWITCHED
+    assert failover_news("+switch-master", switch, "shopx") is None
+    abort = b"master shop 127.0.0.1 7000"  # a master's event names it second
+    assert failover_news("-failover-abort-no-good-slave", abort, "shop") is FailoverNews.ABORTED
+    assert failover_news("-failover-abort-no-good-slave", abort, "other") is None
+    assert failover_news("+sdown", abort, "shop") is None

@@ -18,7 +18,7 @@ from redis.connection import HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
-from .._core.connection import Target, Topology
+from .._core.connection import FailoverNews, Target, Topology, failover_news
 from .._core.urls import safe_url
 from .._core.wakeups import WakeLog, due_of
 from ..exceptions import ConfigError
@@ -209,11 +209,8 @@ class SentinelWatch:
 
     async def _event(self, sentinel: Any, channel: str, data: bytes) -> None:
         assert self._pool is not None and self._open is not None
-        words = data.split()
-        service = self._pool.service_name.encode()
-        if channel == "+switch-master":
-            if words[:1] != [service]:
-                return
+        news = failover_news(channel, data, self._pool.service_name)
+        if news is FailoverNews.SWITCHED:
             log.info("delayq: Sentinel switched the master: %s", data.decode(errors="replace"))
             # Ask this sentinel first from now on: the others may still name the old master
             # for a second or two, and a reconnect there would write to it again.
@@ -223,12 +220,11 @@ class SentinelWatch:
                 sentinels.insert(0, sentinel)
             await self._pool.disconnect()
             self._open.set()
-        elif b"@" in words and words[words.index(b"@") + 1 : words.index(b"@") + 2] == [service]:
-            if channel == "+failover-state-send-slaveof-noone":
-                self._held_until = time.monotonic() + HOLD_S
-                self._open.clear()
-            else:  # the failover was aborted: the old master stays
-                self._open.set()
+        elif news is FailoverNews.PROMOTING:
+            self._held_until = time.monotonic() + HOLD_S
+            self._open.clear()
+        elif news is FailoverNews.ABORTED:  # the old master stays
+            self._open.set()
 
     async def _watch(self, sentinel: Any) -> None:
         assert self._open is not None

@@ -258,6 +258,32 @@ def redirect_of(message: str) -> tuple[int, str, int]:
     return int(slot), host.strip("[]"), int(port)
 
 
+class FailoverNews(StrEnum):
+    """What a sentinel's announcement means for a client of its service."""
+
+    PROMOTING = "promoting"  # a replica is about to be promoted: hold the calls
+    SWITCHED = "switched"  # the new master is known: reconnect, go on
+    ABORTED = "aborted"  # the failover was given up: the old master stays, go on
+
+
+def failover_news(channel: str, data: bytes, service: str) -> FailoverNews | None:
+    """The meaning of a message on one of Sentinel's event channels for ``service`` (None if
+    it is about another service or means nothing to a client). A replica's events name their
+    master after an ``@`` (``slave <addr> <ip> <port> @ <service> <ip> <port>``), a master's
+    events name it second (``master <service> <ip> <port>``)."""
+    words = data.split()
+    name = service.encode()
+    if channel == "+switch-master":
+        return FailoverNews.SWITCHED if words[:1] == [name] else None
+    at = words.index(b"@") if b"@" in words else -1
+    about = words[at + 1 : at + 2] if at >= 0 else words[1:2] if words[:1] == [b"master"] else []
+    if about != [name]:
+        return None
+    if channel == "+failover-state-send-slaveof-noone":
+        return FailoverNews.PROMOTING
+    return FailoverNews.ABORTED if channel.startswith("-failover-abort") else None
+
+
 @dataclass(slots=True)
 class Backoff:
     """Pauses between tries: doubling from ``first`` to ``cap``, cut short by a deadline."""

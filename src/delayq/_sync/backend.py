@@ -19,7 +19,7 @@ from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
-from .._core.connection import Target, Topology
+from .._core.connection import FailoverNews, Target, Topology, failover_news
 from .._core.urls import safe_url
 from .._core.wakeups import WakeLog, due_of
 from ..exceptions import ConfigError
@@ -228,11 +228,8 @@ class SentinelWatch:
 
     def _event(self, sentinel: Any, channel: str, data: bytes) -> None:
         assert self._pool is not None
-        words = data.split()
-        service = self._pool.service_name.encode()
-        if channel == "+switch-master":
-            if words[:1] != [service]:
-                return
+        news = failover_news(channel, data, self._pool.service_name)
+        if news is FailoverNews.SWITCHED:
             log.info("delayq: Sentinel switched the master: %s", data.decode(errors="replace"))
             # Ask this sentinel first from now on: the others may still name the old master
             # for a second or two, and a reconnect there would write to it again.
@@ -242,12 +239,11 @@ class SentinelWatch:
                 sentinels.insert(0, sentinel)
             self._pool.disconnect()
             self._open.set()
-        elif b"@" in words and words[words.index(b"@") + 1 : words.index(b"@") + 2] == [service]:
-            if channel == "+failover-state-send-slaveof-noone":
-                self._held_until = time.monotonic() + HOLD_S
-                self._open.clear()
-            else:  # the failover was aborted: the old master stays
-                self._open.set()
+        elif news is FailoverNews.PROMOTING:
+            self._held_until = time.monotonic() + HOLD_S
+            self._open.clear()
+        elif news is FailoverNews.ABORTED:  # the old master stays
+            self._open.set()
 
     def _watch(self, sentinel: Any) -> None:
         pool = sentinel.connection_pool
