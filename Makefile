@@ -60,7 +60,18 @@ bench-node:  ## BullMQ for Node (bench/node), when node and npm are installed
 		npm ci --prefix bench/node --silent --no-audit --no-fund && touch $(NODE_STAMP); \
 	fi
 
-bench: $(BENCH_STAMP) bench-node  ## delayq against its peers, ~15 min; ARGS="--quick" etc. (bench/README.md)
+# docket, streaq and taskiq pin newer Redis clients (redis-py >= 6 or 8, coredis) than the
+# peers above, so each has a venv of its own (extras bench-NAME in pyproject.toml); their
+# contestants run enqueue and worker with its python (bench/peers/_own_venv.py).
+BENCH_OWN_VENVS := .venv-bench-docket .venv-bench-streaq .venv-bench-taskiq
+
+.venv-bench-%/.installed: pyproject.toml
+	$(PYTHON) -m venv .venv-bench-$*
+	.venv-bench-$*/bin/pip install -q --upgrade pip
+	.venv-bench-$*/bin/pip install -q -e '.[bench-$*]'
+	@touch $@
+
+bench: $(BENCH_STAMP) bench-node $(BENCH_OWN_VENVS:%=%/.installed)  ## delayq against its peers, ~15 min; ARGS="--quick" etc. (bench/README.md)
 	$(BENCH_VENV)/bin/python -m bench $(ARGS)
 
 bench-core: $(STAMP)  ## delayq's own core benchmarks (bench/core.py)
@@ -70,4 +81,4 @@ bench-cluster: $(STAMP)  ## sharded queues on a 3-master cluster, durable offers
 	$(BIN)/python -m bench.cluster $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) build dist site src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) $(BENCH_OWN_VENVS) build dist site src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
