@@ -6,11 +6,20 @@ from ._async.queue import AsyncDelayQueue, AsyncTask
 from ._async.sharded import AsyncShardedQueue
 from ._core.durability import Durability
 from ._core.handling import Reject, Retry, WorkerHealth
-from ._core.models import Backoff, DeadTask, DedupMode, Stats, TaskInfo, TaskState
+from ._core.models import (
+    Backoff,
+    DeadTask,
+    DedupMode,
+    QueuePolicy,
+    Stats,
+    TaskInfo,
+    TaskState,
+)
 from ._core.offers import Offer, OfferOutcome, TaskId
 from ._sync.queue import DelayQueue, Task
 from ._sync.sharded import ShardedQueue
 from ._workers.async_worker import AsyncWorker
+from ._workers.background import AsyncBackgroundWorker, BackgroundWorker, listen
 from ._workers.common import Hooks
 from ._workers.thread_worker import Worker
 from .exceptions import (
@@ -38,10 +47,12 @@ __version__ = "0.1.0"
 _logging.getLogger("delayq").addHandler(_logging.NullHandler())
 
 __all__ = [
+    "AsyncBackgroundWorker",
     "AsyncDelayQueue",
     "AsyncShardedQueue",
     "AsyncTask",
     "AsyncWorker",
+    "BackgroundWorker",
     "Backoff",
     "ConfigError",
     "DeadTask",
@@ -60,6 +71,7 @@ __all__ = [
     "OfferOutcome",
     "PayloadTooLarge",
     "QueueClosed",
+    "QueuePolicy",
     "RedisUnavailable",
     "Reject",
     "Retry",
@@ -75,4 +87,5 @@ __all__ = [
     "Worker",
     "WorkerFailed",
     "WorkerHealth",
+    "listen",
 ]

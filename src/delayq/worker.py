@@ -3,8 +3,21 @@
 
 from ._core.handling import Reject, Retry, WorkerHealth
 from ._workers.async_worker import AsyncWorker
-from ._workers.common import Hooks
+from ._workers.background import AsyncBackgroundWorker, BackgroundWorker, listen
+from ._workers.common import Hooks, is_coroutine_function
 from ._workers.thread_worker import Worker
 from .exceptions import WorkerFailed
 
-__all__ = ["AsyncWorker", "Hooks", "Reject", "Retry", "Worker", "WorkerFailed", "WorkerHealth"]
+__all__ = [
+    "AsyncBackgroundWorker",
+    "AsyncWorker",
+    "BackgroundWorker",
+    "Hooks",
+    "Reject",
+    "Retry",
+    "Worker",
+    "WorkerFailed",
+    "WorkerHealth",
+    "is_coroutine_function",
+    "listen",
+]

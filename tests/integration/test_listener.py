@@ -1,4 +1,4 @@
-"""add_listener: Redisson's listener style, a small worker in the background."""
+"""listen() and start_background(): Redisson's listener style, a worker in the background."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 
-from delayq import AsyncDelayQueue, Backoff, DelayQueue
+from delayq import AsyncDelayQueue, Backoff, DelayQueue, listen
 
 from ..helpers import wait_until
 
@@ -22,7 +22,7 @@ def test_listener_handles_tasks_in_a_thread_and_stops(make_queue) -> None:
             raise RuntimeError("first try fails")
         seen.append(task.payload)
 
-    listener = q.add_listener(handler, concurrency=2)
+    listener = listen(q, handler, concurrency=2)
     q.offer_many([("a", 0.1), ("b", 0.2), ("flaky", 0)])
     wait_until(lambda: sorted(map(str, seen)) == ["a", "b", "flaky"], timeout=10)
     listener.stop()
@@ -42,7 +42,7 @@ async def test_async_listener_runs_as_a_task_and_stops(make_async_queue) -> None
     async def handler(task) -> None:  # type: ignore[no-untyped-def]
         seen.append(task.payload)
 
-    listener = await q.add_listener(handler)
+    listener = listen(q, handler)
     await q.offer({"n": 1}, delay=0.1)
     started = time.monotonic()
     while not seen and time.monotonic() - started < 10:

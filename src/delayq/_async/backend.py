@@ -448,25 +448,3 @@ class Notifier:
                 await self._task
             self._task = None
             self._push(None)  # waiters look at the queue again, and find it closed
-
-
-class Listener:
-    """A background :class:`~delayq.AsyncWorker` on one queue, from ``add_listener``."""
-
-    def __init__(self, worker: Any, task: asyncio.Task[None]) -> None:
-        self.worker = worker
-        self._task = task
-
-    @classmethod
-    def start(cls, queue: Any, handler: Any, concurrency: int, timeout: float | None) -> Listener:
-        from .._workers.async_worker import AsyncWorker
-
-        worker = AsyncWorker(
-            queue, handler, concurrency=concurrency, timeout=timeout, handle_signals=False
-        )
-        return cls(worker, asyncio.ensure_future(worker.run()))
-
-    async def stop(self) -> None:
-        """Stop fetching, let running handlers finish, hand back the rest."""
-        self.worker.stop()
-        await self._task

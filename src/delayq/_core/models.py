@@ -57,6 +57,22 @@ class Backoff:
 
 
 @dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """A queue's lease and retry settings, read-only (``queue.policy``). A worker that wants
+    others takes a view with them (``queue.with_policy(...)``), leaving the queue as it was."""
+
+    visibility_timeout: float | None  # seconds a delivery is leased; None: at-most-once
+    max_attempts: int
+    retry_backoff: Backoff
+    safety_interval: float  # seconds between looks at Redis when no news came
+
+    @property
+    def at_most_once(self) -> bool:
+        """Tasks leave the queue when handed out: no lease, no ack, no retry."""
+        return self.visibility_timeout is None
+
+
+@dataclass(frozen=True, slots=True)
 class TaskInfo:
     """A snapshot of one task, from :meth:`DelayQueue.get`."""
 

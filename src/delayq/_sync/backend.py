@@ -473,27 +473,3 @@ def _new_connection(client: Any, channel: str) -> Any:
 
 def _str(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-class Listener:
-    """A background :class:`~delayq.Worker` thread on one queue, from ``add_listener``."""
-
-    def __init__(self, worker: Any, thread: threading.Thread) -> None:
-        self.worker = worker
-        self._thread = thread
-
-    @classmethod
-    def start(cls, queue: Any, handler: Any, concurrency: int, timeout: float | None) -> Listener:
-        from .._workers.thread_worker import Worker
-
-        worker = Worker(
-            queue, handler, concurrency=concurrency, timeout=timeout, handle_signals=False
-        )
-        thread = threading.Thread(target=worker.run, name="delayq-listener", daemon=True)
-        thread.start()
-        return cls(worker, thread)
-
-    def stop(self) -> None:
-        """Stop fetching, let running handlers finish, hand back the rest."""
-        self.worker.stop()
-        self._thread.join()

@@ -7,13 +7,14 @@ The sync ``DelayQueue`` in ``_sync/queue.py`` is generated from this file by
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Generic, NamedTuple, cast
+from typing import Any, Generic, NamedTuple, Self, cast
 
 from .._core import protocol, sharding
 from .._core.codecs import PayloadT, PayloadType, check_codec
@@ -25,6 +26,7 @@ from .._core.models import (
     Backoff,
     DeadTask,
     DedupMode,
+    QueuePolicy,
     Stats,
     TaskInfo,
     TaskState,
@@ -249,6 +251,7 @@ class DelayQueue(Generic[PayloadT]):
         self._quiet: _Quiet | None = None
         self._registered = False
         self._closed = False
+        self._base: DelayQueue[PayloadT] | None = None  # set on a view (with_policy)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -262,11 +265,43 @@ class DelayQueue(Generic[PayloadT]):
         """The queue's Redis key names."""
         return self._keys
 
+    @property
+    def policy(self) -> QueuePolicy:
+        """The lease and retry settings this queue object hands tasks out with (read-only)."""
+        lease_ms = self._policy.lease_ms
+        return QueuePolicy(
+            visibility_timeout=lease_ms / 1000 if lease_ms else None,
+            max_attempts=self._policy.max_attempts,
+            retry_backoff=self._policy.backoff,
+            safety_interval=self._safety_s,
+        )
+
+    def with_policy(
+        self,
+        *,
+        visibility_timeout: Duration | None = None,
+        max_attempts: int | None = None,
+        retry_backoff: Backoff | None = None,
+    ) -> Self:
+        """A view of this queue that hands tasks out with these lease and retry settings (the
+        others kept); this queue is left as it was. The view shares its connections: closing
+        it closes only the view, closing this queue closes both."""
+        policy = self._policy.overridden(self.name, visibility_timeout, max_attempts, retry_backoff)
+        view = copy.copy(self)
+        view._policy = policy
+        view._base = self._base or self
+        view._owns_runner = False
+        view._quiet = None
+        view._closed = False
+        return view
+
     def close(self) -> None:
         """Stop listening and release connections (the client too, if the queue made it)."""
         if self._closed:
             return
         self._closed = True
+        if self._base is not None:
+            return  # a view: the connections are its base queue's
         self._notifier.close()
         if self._owns_runner:
             self._runner.close()
@@ -783,19 +818,10 @@ class DelayQueue(Generic[PayloadT]):
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
         return to_datetime(expiry)  # type: ignore[return-value]
 
-    def add_listener(
-        self, handler: Any, *, concurrency: int = 1, timeout: float | None = None
-    ) -> backend.Listener:
-        """Run ``handler`` for every due task in the background (Redisson's listener) and
-        return a handle whose ``stop()`` ends it gracefully. The handler is called as by a
-        worker: return = ack, raise = retry with backoff, dead-lettered after max_attempts."""
-        self._check_open()
-        return backend.Listener.start(self, handler, concurrency, timeout)
-
     # -- plumbing ---------------------------------------------------------------------------
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._closed or (self._base is not None and self._base._closed):
             raise QueueClosed(f"queue {self.name!r} is closed")
 
     def _run(

@@ -10,15 +10,16 @@ file by ``scripts/unasync.py``; edit here and regenerate.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Self, cast
 
 from .._core import protocol, sharding
 from .._core.codecs import PayloadT
 from .._core.durability import Durability
 from .._core.keys import QueueKeys
-from .._core.models import DeadTask, Stats, TaskInfo, TaskState
+from .._core.models import Backoff, DeadTask, Stats, TaskInfo, TaskState
 from .._core.offers import (
     Offer,
     TaskId,
@@ -27,7 +28,7 @@ from .._core.offers import (
     build_plain_offers,
     check_conflicts,
 )
-from .._core.protocol import OfferSpec, Policy
+from .._core.protocol import OfferSpec
 from .._core.scripts import Op
 from .._core.timing import Duration, duration_ms
 from ..exceptions import ConfigError, InvalidTaskError
@@ -76,6 +77,7 @@ class ShardedQueue(DelayQueue[PayloadT]):
             wait_s=durability.timeout if isinstance(durability, Durability) else 0.0,
         )
         self._bell = backend.Bell()
+        self._overrides: dict[str, Any] = {}  # a view's policy settings (with_policy)
         self._part_options = {
             "prefix": prefix,
             "reconnect_timeout": reconnect_timeout,
@@ -92,14 +94,18 @@ class ShardedQueue(DelayQueue[PayloadT]):
         self._codec = first._codec
         self._dedup = first._dedup
         self._safety_s = first._safety_s
+        self._policy = first._policy
         self._turn = 0
         self._registered = False
         self._closed = False
+        self._base: ShardedQueue[PayloadT] | None = None  # set on a view (with_policy)
 
     # -- the shards -------------------------------------------------------------------------
 
     def _part(self, sub: str) -> DelayQueue[PayloadT]:
         part: DelayQueue[PayloadT] = DelayQueue(sub, self._runner, **self._part_options)
+        if self._overrides:  # a view's own settings, on a shard it opens itself
+            part._policy = part._policy.overridden(sub, **self._overrides)
         part._ring(self._bell)
         part._registered = True  # the logical queue registers, not its shards
         return part
@@ -119,20 +125,42 @@ class ShardedQueue(DelayQueue[PayloadT]):
         """The sub-queues, in shard order (each an ordinary queue on its own hash tag)."""
         return list(self._parts)
 
-    @property
-    def _policy(self) -> Policy:
-        return self._parts[0]._policy
-
-    @_policy.setter
-    def _policy(self, policy: Policy) -> None:
-        for part in self._parts:
-            part._policy = policy
+    def with_policy(
+        self,
+        *,
+        visibility_timeout: Duration | None = None,
+        max_attempts: int | None = None,
+        retry_backoff: Backoff | None = None,
+    ) -> Self:
+        """A view of this queue with these lease and retry settings on every shard; see
+        :meth:`DelayQueue.with_policy`."""
+        settings: dict[str, Any] = {
+            "visibility_timeout": visibility_timeout,
+            "max_attempts": max_attempts,
+            "retry_backoff": retry_backoff,
+        }
+        view = copy.copy(self)
+        view._overrides = {
+            **self._overrides,
+            **{k: v for k, v in settings.items() if v is not None},
+        }
+        view._parts = [part.with_policy(**settings) for part in self._parts]
+        view._old_parts = [part.with_policy(**settings) for part in self._old_parts]
+        view._base = self._base or self
+        view._owns_runner = False
+        view._closed = False
+        return view
 
     def close(self) -> None:
         """Stop listening on every shard and release the connections."""
         if self._closed:
             return
         self._closed = True
+        if self._base is not None:  # a view: the connections are its base queue's
+            for part in self._every_part:
+                if part._base is None:  # a previous layout's shard this view opened itself
+                    part.close()
+            return
         for part in self._every_part:
             part.close()
         if self._owns_runner:

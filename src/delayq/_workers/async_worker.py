@@ -19,6 +19,7 @@ from .._core.models import Backoff
 from .._core.text import printable
 from ..exceptions import DelayqError, LeaseLost
 from ..metrics._base import WorkerRecorder
+from .background import AsyncBackgroundWorker
 from .common import (
     Delivery,
     Hooks,
@@ -40,8 +41,10 @@ class AsyncWorker(WorkerBase):
     Return from the handler = ack. Raise = retry after the queue's backoff (dead-lettered after
     ``max_attempts``); raise :class:`~delayq.Retry` or :class:`~delayq.Reject` to choose. Leases
     are extended while a handler runs; a handler running past ``timeout`` is cancelled and its
-    task retried. ``run()`` returns after :meth:`stop` (or SIGTERM/SIGINT): fetching stops,
-    running handlers get ``grace`` seconds, and every task not finished is handed back at once.
+    task retried. ``run()`` returns after :meth:`stop`: fetching stops, running handlers get
+    ``grace`` seconds, and every task not finished is handed back at once. With
+    ``handle_signals=True`` (as ``delayq worker`` runs it) SIGTERM/SIGINT stop it too; a worker
+    embedded in an application leaves the signals to it (see :meth:`start_background`).
     Each of its loops (fetch, run, ack, heartbeat, health) is restarted if it dies; one that
     keeps dying stops the worker, and ``run()`` then raises :class:`~delayq.WorkerFailed`.
 
@@ -60,7 +63,7 @@ class AsyncWorker(WorkerBase):
         grace: float = 30.0,
         prefetch: int | None = None,
         health_file: str | None = None,
-        handle_signals: bool = True,
+        handle_signals: bool = False,
         hooks: Hooks | None = None,
         visibility_timeout: float | None = None,
         max_attempts: int | None = None,
@@ -83,7 +86,15 @@ class AsyncWorker(WorkerBase):
         self._space = asyncio.Event()  # set when a handler finishes
         self._stopping = asyncio.Event()
 
+    _wants_coroutine = True
+
     # -- public -----------------------------------------------------------------------------
+
+    def start_background(self) -> AsyncBackgroundWorker:
+        """Run the worker as a task of the running event loop, e.g. in a FastAPI/Starlette
+        lifespan, and return its handle: ``await handle.stop()`` (or leaving ``async with``)
+        shuts it down gracefully."""
+        return AsyncBackgroundWorker(self)
 
     def stop(self) -> None:
         """Begin a graceful shutdown (safe to call from a signal handler or another task)."""
@@ -181,7 +192,9 @@ class AsyncWorker(WorkerBase):
                 await self._wait_for_space()
                 continue
             try:
-                tasks = await queue.poll_many(space, timeout=min(queue._safety_s, 0.5))
+                tasks = await queue.poll_many(
+                    space, timeout=min(self._policies[index].safety_interval, 0.5)
+                )
                 backoff = 0.05
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die
                 self._counters.redis_errors += 1
@@ -242,7 +255,7 @@ class AsyncWorker(WorkerBase):
         except Exception as exc:  # the worker never dies from a task
             error = exc
         duration = time.monotonic() - started
-        outcome = outcome_of(error, task.attempts, queue._policy.max_attempts)
+        outcome = outcome_of(error, task.attempts, self._policies[index].max_attempts)
         log_outcome(log, queue.name, task, outcome, duration)
         self._counters.processed += 1
         self._counters.progressed()
@@ -358,9 +371,11 @@ class AsyncWorker(WorkerBase):
             for (index, task_id), task in list(self._held.items()):
                 if (index, task_id) in self._acking:
                     continue  # done; its ack is on its way
-                queue = self._queues[index]
+                queue, lease_s = self._queues[index], self._policies[index].visibility_timeout
+                if lease_s is None:
+                    continue  # at-most-once: no lease to keep
                 try:
-                    await queue.extend(task, queue._policy.lease_ms / 1000)
+                    await queue.extend(task, lease_s)
                 except LeaseLost:
                     self._held.pop((index, task_id), None)
                     log.warning("delayq worker: lease on %s expired while held", printable(task_id))

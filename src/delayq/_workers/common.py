@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import functools
+import inspect
 import json
 import logging
 import os
@@ -81,7 +82,8 @@ class WorkerOptions:
     @staticmethod
     def heartbeat_s(queues: Sequence[Any]) -> float:
         """Extend leases three times per visibility timeout of the shortest one."""
-        return max(0.05, min(int(q._policy.lease_ms) for q in queues) / 3000)
+        leases = [q.policy.visibility_timeout or 30.0 for q in queues]
+        return max(0.05, min(leases) / 3)
 
 
 def log_outcome(
@@ -142,7 +144,7 @@ def health_of(
     failure: str | None = None,
 ) -> WorkerHealth:
     now = time.monotonic()
-    stale_after = 3 * max(q._safety_s for q in queues) + 5
+    stale_after = 3 * max(q.policy.safety_interval for q in queues) + 5
     since_fetch = now - counters.last_fetch
     reason = None
     if failure is not None:
@@ -249,32 +251,53 @@ def internal_error_text(exc: BaseException) -> str:
     return utf8_safe(f"delayq worker internal error: {describe(exc)}")
 
 
-def apply_policy(
+def with_policies(
     queues: Sequence[Any],
     visibility_timeout: float | None,
     max_attempts: int | None,
     retry_backoff: Any,
-) -> None:
-    """Worker options that override the queues' own lease and retry policy."""
+) -> list[Any]:
+    """The queues as this worker hands their tasks out: views with the worker's own lease and
+    retry settings where it has any (the queues given are left as they were)."""
     if visibility_timeout is None and max_attempts is None and retry_backoff is None:
-        return
-    from .._core.timing import duration_ms
-
-    changes: dict[str, Any] = {}
-    if visibility_timeout is not None:
-        changes["lease_ms"] = duration_ms(
-            visibility_timeout, "visibility_timeout", allow_zero=False
+        return list(queues)
+    return [
+        queue.with_policy(
+            visibility_timeout=visibility_timeout,
+            max_attempts=max_attempts,
+            retry_backoff=retry_backoff,
         )
-    if max_attempts is not None:
-        if not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ConfigError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
-        changes["max_attempts"] = max_attempts
-    if retry_backoff is not None:
-        changes["backoff"] = retry_backoff
-    for queue in queues:
-        if queue._policy.lease_ms == 0 and "lease_ms" in changes:
-            raise ConfigError(f"queue {queue.name!r} is at-most-once: it has no lease to time")
-        queue._policy = dataclasses.replace(queue._policy, **changes)
+        for queue in queues
+    ]
+
+
+def check_handler(handler: Any, wants_coroutine: bool) -> None:
+    """Refuse a handler of the wrong kind before any task is taken: a coroutine function in
+    threads would be acked unrun, a plain one awaited would fail after its side effects."""
+    if not callable(handler):
+        raise ConfigError(f"the handler must be callable, got {handler!r}")
+    name = printable(getattr(handler, "__qualname__", type(handler).__qualname__))
+    if wants_coroutine and not is_coroutine_function(handler):
+        raise ConfigError(
+            f"AsyncWorker needs an async def handler; {name} is a plain function: "
+            "run it with Worker (threads), or make it async def"
+        )
+    if not wants_coroutine and is_coroutine_function(handler):
+        raise ConfigError(
+            f"Worker runs plain functions in threads; {name} is async def: "
+            "run it with AsyncWorker, or make it a plain def"
+        )
+
+
+def is_coroutine_function(handler: Any) -> bool:
+    """Whether calling ``handler`` makes a coroutine: an async def, a partial of one, or an
+    object whose ``__call__`` is one."""
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call = type(handler).__call__  # an object with an async __call__
+    return not inspect.isroutine(handler) and inspect.iscoroutinefunction(call)
 
 
 class WorkerBase:
@@ -282,6 +305,7 @@ class WorkerBase:
 
     _queues: list[Any]
     _running: dict[tuple[int, str], Any]
+    _wants_coroutine: bool  # AsyncWorker: handlers are async def
 
     def _setup(
         self,
@@ -293,10 +317,13 @@ class WorkerBase:
         policy: tuple[float | None, int | None, Any],
         metrics: WorkerRecorder | None = None,
     ) -> None:
-        self._queues = queues
+        check_handler(handler, wants_coroutine=self._wants_coroutine)
+        self._queues = with_policies(queues, *policy)
+        self._policies = [q.policy for q in self._queues]  # read once: the hot path reads them
+        # A fetch waits at most this long for news, so that a stop is noticed soon.
+        self._poll_timeout = [min(p.safety_interval, 0.5) for p in self._policies]
         self._metrics: WorkerRecorder = NOOP if metrics is None else metrics
         self._handler = handler
-        apply_policy(self._queues, *policy)
         self._options = options
         self._handle_signals = handle_signals
         self._hooks = hooks or Hooks()

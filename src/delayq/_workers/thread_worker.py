@@ -19,6 +19,7 @@ from .._core.text import printable
 from .._sync.queue import DelayQueue, Task
 from ..exceptions import DelayqError, LeaseLost
 from ..metrics._base import WorkerRecorder
+from .background import BackgroundWorker
 from .common import (
     Delivery,
     Hooks,
@@ -48,7 +49,9 @@ class Worker(WorkerBase):
     (dead-lettered after ``max_attempts``), :class:`~delayq.Retry` / :class:`~delayq.Reject` to
     choose; leases are extended while handlers run. A handler running past ``timeout`` cannot be
     killed (it is a thread): it is abandoned, its task retried, and a fresh thread takes its
-    slot. ``run()`` blocks until :meth:`stop` or SIGTERM/SIGINT, then shuts down gracefully.
+    slot. ``run()`` blocks until :meth:`stop`, then shuts down gracefully; with
+    ``handle_signals=True`` (as ``delayq worker`` runs it) SIGTERM/SIGINT stop it too. A
+    worker embedded in an application leaves the signals to it: see :meth:`start_background`.
     Each of its loops (fetch, run, ack, upkeep) is restarted if it dies; one that keeps dying
     stops the worker, and ``run()`` then raises :class:`~delayq.WorkerFailed`.
 
@@ -67,7 +70,7 @@ class Worker(WorkerBase):
         grace: float = 30.0,
         prefetch: int | None = None,
         health_file: str | None = None,
-        handle_signals: bool = True,
+        handle_signals: bool = False,
         hooks: Hooks | None = None,
         visibility_timeout: float | None = None,
         max_attempts: int | None = None,
@@ -93,7 +96,14 @@ class Worker(WorkerBase):
         self._finished = threading.Event()  # ends the helper threads, after the shutdown
         self._buffers = [queue_lib.Queue[Task]() for _ in self._queues]
 
+    _wants_coroutine = False
+
     # -- public -----------------------------------------------------------------------------
+
+    def start_background(self) -> BackgroundWorker:
+        """Run the worker in a background thread, e.g. inside a web application, and return
+        its handle: ``handle.stop()`` (or leaving ``with``) shuts it down gracefully."""
+        return BackgroundWorker(self)
 
     def stop(self) -> None:
         """Begin a graceful shutdown (safe from a signal handler or another thread)."""
@@ -195,7 +205,9 @@ class Worker(WorkerBase):
                 self._space.wait(0.5)
                 continue
             try:
-                tasks = queue.poll_many(space, timeout=min(queue._safety_s, 0.5))
+                tasks = queue.poll_many(
+                    space, timeout=min(self._policies[index].safety_interval, 0.5)
+                )
                 backoff = 0.05
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die
                 self._counters.redis_errors += 1
@@ -267,7 +279,7 @@ class Worker(WorkerBase):
         duration: float,
     ) -> None:
         task, index, hooks = run.task, run.index, self._hooks
-        outcome = outcome_of(error, task.attempts, queue._policy.max_attempts)
+        outcome = outcome_of(error, task.attempts, self._policies[index].max_attempts)
         log_outcome(log, queue.name, task, outcome, duration)
         self._counters.processed += 1
         self._counters.progressed()
@@ -427,9 +439,11 @@ class Worker(WorkerBase):
         with self._lock:
             held = [(key, task) for key, task in self._held.items() if key not in self._acking]
         for (index, task_id), task in held:
-            queue = self._queues[index]
+            queue, lease_s = self._queues[index], self._policies[index].visibility_timeout
+            if lease_s is None:
+                continue  # at-most-once: no lease to keep
             try:
-                queue.extend(task, queue._policy.lease_ms / 1000)
+                queue.extend(task, lease_s)
             except LeaseLost:
                 with self._lock:
                     self._held.pop((index, task_id), None)

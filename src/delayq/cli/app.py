@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import difflib
 import importlib.metadata
-import inspect
 import logging
 import os
 import re
@@ -913,7 +912,8 @@ def worker(
         options["metrics"], server = metrics_cli.worker_endpoint(
             redis, queue, metrics_port, metrics_host, prefix
         )
-    if inspect.iscoroutinefunction(handler):
+    options["handle_signals"] = True  # the command owns its process: SIGTERM/SIGINT stop it
+    if runtime.is_coroutine_function(handler):
         from .. import AsyncDelayQueue
 
         async def run_async() -> None:

@@ -73,6 +73,7 @@ def worker_options(args: argparse.Namespace) -> dict[str, Any]:
         "prefetch": args.prefetch,
         "grace": args.grace,
         "timeout": args.timeout,
+        "handle_signals": True,  # a worker process of its own, stopped by SIGTERM
     }
 
 

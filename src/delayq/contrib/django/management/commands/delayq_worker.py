@@ -32,7 +32,7 @@ class Command(BaseCommand):
             if options.get(name) is not None
         }
         try:
-            worker, queues = build_worker(options["queues"], overrides)
+            worker, queues = build_worker(options["queues"], {"handle_signals": True, **overrides})
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
         # The command is the program, so it may set logging up (a library never does).
