@@ -24,6 +24,11 @@ ORDER = [
     "huey",
     "bullmq-node",  # before bullmq-py, whose preloads it does: its measured rate times them
     "bullmq-py",
+    "docket",
+    "docket-tuned",
+    "streaq",
+    "taskiq",
+    "taskiq-tuned",
     "bare-loop",
 ]
 
