@@ -250,6 +250,48 @@ def test_worker_command_closes_unpaid_orders_only(
     assert order(paid["id"]).close_deliveries == 0
 
 
+@pytest.mark.slow
+def test_worker_command_on_sigterm_finishes_running_handlers_and_hands_back_the_rest(
+    project: dict[str, str], tmp_path: Path
+) -> None:
+    """manage.py delayq_worker as the process manager stops it: SIGTERM while it runs two slow
+    handlers and holds more tasks fetched ahead. The handlers finish within the grace
+    (DELAYQ["WORKER"]["grace"] = 5), the other tasks are ready again at once (their lease is
+    30 s), the command exits 0, and no task is lost."""
+    receipts = DelayQueue("receipts", project["REDIS_URL"], prefix=project["DELAYQ_PREFIX"])
+    log = tmp_path / "worker.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(PROJECT / "manage.py"), "delayq_worker", "--queue", "receipts",
+             "--concurrency", "2"],
+            env={**os.environ, **project}, stdout=out, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+    try:
+        ids = [receipts.offer({"seconds": 1.5}) for _ in range(12)]
+        wait_until(lambda: log.read_text().count("sending receipt") == 2, timeout=20)
+        wait_until(lambda: receipts.stats().inflight > 2, timeout=10)  # some fetched ahead
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out_text = log.read_text()
+    assert proc.returncode == 0, out_text
+    assert "delayq worker: SIGTERM received, shutting down" in out_text
+    sent = re.findall(r"sent receipt (\S+)", out_text)
+    assert len(sent) == 2, out_text
+    assert "delayq worker stopped: processed=2" in out_text
+    stats = receipts.stats()
+    assert stats.inflight == 0
+    assert stats.counters["acked"] == 2
+    assert stats.ready == len(ids) - 2
+    left = {task_id for task_id in ids if task_id not in sent}
+    assert all(receipts.get(task_id).state is TaskState.READY for task_id in left)  # type: ignore[union-attr]
+    receipts.purge(["ready"])
+    receipts.close()
+
+
 def test_relay_command_moves_committed_offers(
     project: dict[str, str], client: Any, queue: DelayQueue
 ) -> None:

@@ -35,6 +35,8 @@ DELAYQ = {
     "PREFIX": os.environ.get("DELAYQ_PREFIX", "dq"),
     "QUEUES": {
         "orders": {"HANDLER": "shop.tasks.close_order", "OPTIONS": {"visibility_timeout": 10}},
+        # Slow handlers, for the worker command's graceful stop (tests/integration/test_django.py).
+        "receipts": {"HANDLER": "shop.tasks.send_receipt", "OPTIONS": {"visibility_timeout": 30}},
     },
     "WORKER": {"concurrency": 4, "grace": 5},
 }

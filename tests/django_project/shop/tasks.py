@@ -1,4 +1,7 @@
-"""The shop's delayq handlers (``DELAYQ["QUEUES"]["orders"]["HANDLER"]``)."""
+"""The shop's delayq handlers (``DELAYQ["QUEUES"][name]["HANDLER"]``)."""
+
+import logging
+import time
 
 from django.db.models import F
 from django.utils import timezone
@@ -15,3 +18,10 @@ def close_order(task: Task) -> None:
     Order.objects.filter(id=order_id, status=Order.Status.PENDING).update(
         status=Order.Status.CLOSED, closed_at=timezone.now()
     )
+
+
+def send_receipt(task: Task) -> None:
+    """Mail a receipt; ``payload["seconds"]`` stands for the time the mail server takes."""
+    logging.getLogger("shop").info("sending receipt %s", task.id)
+    time.sleep(task.payload["seconds"])
+    logging.getLogger("shop").info("sent receipt %s", task.id)
