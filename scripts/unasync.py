@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "src" / "delayq"
-FILES = ["queue.py", "runner.py", "sharded.py"]
+FILES = ["queue.py", "runner.py", "sharded.py", "consumer.py"]
 HEADER = "# Generated from _async/{name} by scripts/unasync.py: do not edit.\n"
 
 SUBS = [
@@ -21,6 +21,10 @@ SUBS = [
     (r"\bAsyncShardedQueue\b", "ShardedQueue"),
     (r"\bAsyncTask\b", "Task"),
     (r"\bAsyncWorker\b", "Worker"),
+    (r"\bAsyncConsumer\b", "Consumer"),
+    (r"\b__aiter__\b", "__iter__"),
+    (r"\b__anext__\b", "__next__"),
+    (r"\bStopAsyncIteration\b", "StopIteration"),
     (r"\basync def\b", "def"),
     (r"\basync with\b", "with"),
     (r"\basync for\b", "for"),

@@ -1446,6 +1446,8 @@ def test_sync_and_async_expose_the_same_api(sync_cls: type, async_cls: type) -> 
             (p.name, p.kind, p.default) for p in async_sig.parameters.values()
         ], name
         assert not inspect.iscoroutinefunction(sync_attr), name
+        if name in ("consume", "with_policy"):  # they return an iterator and a view
+            continue
         assert inspect.iscoroutinefunction(async_attr), name
     init_params = inspect.signature(sync_cls.__init__).parameters  # type: ignore[misc]
     assert list(init_params) == list(inspect.signature(async_cls.__init__).parameters)  # type: ignore[misc]

@@ -614,7 +614,7 @@ class _SlowReplies:
         def slowed(args: tuple[Any, ...], reply: Any) -> bool:
             if args[:2] != ("EVALSHA", sha):
                 return False
-            return op is not Op.FETCH or (bool(reply) and bool(reply[1]))
+            return op is not Op.FETCH or len(reply) > 3  # a fetch that leased tasks
 
         if is_async:
 

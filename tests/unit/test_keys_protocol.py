@@ -233,7 +233,7 @@ def test_parse_offer() -> None:
 
 
 def test_parse_fetch() -> None:
-    reply = [1000, -1, b"id1", b"{}", 2, 990, 9, b"n-1", b"id2", b"[]", 1, 995, 0, b""]
+    reply = [1000, -1, b"10", b"id1", b"{}", 2, 990, 9, b"n-1", b"id2", b"[]", 1, 995, 0, b""]
     result = protocol.parse_fetch(reply)
     assert result.next_wake_ms is None
     one, two = result.tasks
@@ -246,8 +246,10 @@ def test_parse_fetch() -> None:
         "n-1",
     )
     assert (two.priority, two.token) == (9, None)
-    assert protocol.parse_fetch([5, 77]).next_wake_ms == 77
-    assert protocol.parse_fetch([5, 77]).tasks == []
+    assert result.acked == [True, False]  # the statuses of the acks sent along
+    assert protocol.parse_fetch([5, 77, b""]).next_wake_ms == 77
+    assert protocol.parse_fetch([5, 77, b""]).tasks == []
+    assert protocol.parse_fetch([5, 77, b""]).acked == []
 
 
 def test_parse_info_known_and_unknown() -> None:

@@ -51,10 +51,10 @@ def test_nack_args_make_any_error_text_valid_utf8() -> None:
 
 
 def test_fetch_reply_with_an_id_that_is_not_utf8() -> None:
-    reply: list[Any] = [1_700_000_000_000_000, -1, b"\xff\xfe", b"{}", 1, 5, 9, b"n-1"]
+    reply: list[Any] = [1_700_000_000_000_000, -1, b"", b"\xff\xfe", b"{}", 1, 5, 9, b"n-1"]
     (raw,) = protocol.parse_fetch(reply).tasks
     assert not raw.id_is_utf8 and raw.id_bytes == b"\xff\xfe"
-    (ok,) = protocol.parse_fetch([0, -1, b"abc", b"{}", 1, 5, 9, b"n-1"]).tasks
+    (ok,) = protocol.parse_fetch([0, -1, b"", b"abc", b"{}", 1, 5, 9, b"n-1"]).tasks
     assert ok.id_is_utf8 and ok.id == "abc" and ok.id_bytes == b"abc"
 
 

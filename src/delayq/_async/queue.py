@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -55,6 +57,7 @@ from ..exceptions import (
     ServerError,
 )
 from . import backend, runner
+from .consumer import AsyncConsumer
 
 log = logging.getLogger("delayq")
 
@@ -73,6 +76,9 @@ class AsyncTask(Generic[PayloadT]):
     key: str | None = None
     lease_token: str | None = None  # None in at-most-once mode
     queue: AsyncDelayQueue[PayloadT] | None = field(default=None, repr=False)
+    # Set once an ack, nack, retry, release or reject of this delivery went through (consume()
+    # then leaves it alone).
+    _settled: bool = field(default=False, init=False, repr=False, compare=False)
 
     @property
     def due_at(self) -> datetime:
@@ -128,6 +134,32 @@ class _Quiet(NamedTuple):
     result: FetchResult
 
 
+@dataclass(eq=False)
+class _Ahead:
+    """Tasks a consumer loop's ack fetched ahead for the next take(), with when they were
+    leased (monotonic), and the loop's pace, which bounds how many are worth fetching."""
+
+    tasks: deque[tuple[Any, float]] = field(default_factory=deque)
+    consuming: bool = False  # take()/poll() handed a task out: acks may fetch ahead
+    last_ack: float = 0.0
+    pace: float | None = None  # seconds between acks, smoothed
+
+    def want(self, prefetch: int, lease_ms: int) -> int:
+        """How many tasks the next ack should fetch ahead: as many as the loop hands out in
+        a quarter of the lease at its pace (so each keeps at least half of it), at least one
+        and at most ``prefetch``; none outside a take()/poll() loop."""
+        if not self.consuming or prefetch == 0 or lease_ms == 0:
+            return 0
+        now = time.monotonic()
+        if self.last_ack:
+            gap = now - self.last_ack
+            self.pace = gap if self.pace is None else 0.8 * self.pace + 0.2 * gap
+        self.last_ack = now
+        if self.pace is None:
+            return 1
+        return max(1, min(prefetch, int(lease_ms / 4000 / max(self.pace, 1e-6))))
+
+
 class AsyncDelayQueue(Generic[PayloadT]):
     """A delayed queue on Redis: tasks are delivered at their due time to one consumer each.
 
@@ -161,6 +193,10 @@ class AsyncDelayQueue(Generic[PayloadT]):
         durability: a :class:`Durability`: after each offer (and ack, if it says so) wait
             until that many replicas (or append-only files) confirm the write, on the
             connection that made it; None (default) answers as soon as the master has it.
+        prefetch: in a ``take()``/``poll()`` then ``ack()`` loop, how many due tasks an ack
+            may fetch ahead in its own round trip (fewer when the loop is slow: each keeps at
+            least half its lease); 0: none, two round trips per task. ``close()`` hands them
+            back at once.
         shards: spread the queue over this many sub-queues, each under its own hash tag (so
             on its own cluster slot, spread over the masters); None for one. Opening a queue
             with another count than Redis recorded for it is a :class:`ConfigError`.
@@ -193,6 +229,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         overdue_after: Duration = 1.0,
         prefix: str = "dq",
         durability: Durability | None = None,
+        prefetch: int = 8,
         shards: int | None = None,
     ) -> None:
         if shards is not None and type(self) is AsyncDelayQueue:
@@ -208,6 +245,9 @@ class AsyncDelayQueue(Generic[PayloadT]):
             )
         if not isinstance(ack, bool):
             raise ConfigError(f"ack must be True or False, got {ack!r}")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 0 <= prefetch <= 100:
+            raise ConfigError(f"prefetch must be an int from 0 to 100, got {prefetch!r}")
+        self._prefetch = prefetch
         try:
             self._dedup = DedupMode(dedup)
             lease_ms = duration_ms(visibility_timeout, "visibility_timeout", allow_zero=False)
@@ -251,6 +291,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         self._registered = False
         self._closed = False
         self._base: AsyncDelayQueue[PayloadT] | None = None  # set on a view (with_policy)
+        self._ahead = _Ahead()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -292,12 +333,14 @@ class AsyncDelayQueue(Generic[PayloadT]):
         view._owns_runner = False
         view._quiet = None
         view._closed = False
+        view._ahead = _Ahead()
         return view
 
     async def close(self) -> None:
         """Stop listening and release connections (the client too, if the queue made it)."""
         if self._closed:
             return
+        await self._hand_back_ahead()
         self._closed = True
         if self._base is not None:
             return  # a view: the connections are its base queue's
@@ -616,6 +659,22 @@ class AsyncDelayQueue(Generic[PayloadT]):
         tasks = await self._poll(1, duration_ms(timeout, "timeout") / 1000)
         return tasks[0] if tasks else None
 
+    def consume(self, timeout: Duration | None = None) -> AsyncConsumer[PayloadT]:
+        """The due tasks one by one, each acked when the next is asked for::
+
+            async with q.consume() as tasks:
+                async for task in tasks:
+                    await handle(task)
+
+        Leaving the ``async with`` block settles the task in hand: acked on a ``break``,
+        retried (with the error and the backoff; :class:`Retry` and :class:`Reject` work as in
+        a worker) on an exception; the tasks fetched ahead go back at once. A bare ``async
+        for`` acks the same way but cannot see an exception: a task left by one stays leased
+        and comes back after its lease. A task acked, retried or released by the loop itself
+        is left alone. ``timeout``: stop once no task came for that long (None: wait for
+        ever)."""
+        return AsyncConsumer(self, None if timeout is None else duration_ms(timeout) / 1000)
+
     async def poll_many(self, max_tasks: int, timeout: Duration = 0.0) -> list[AsyncTask[PayloadT]]:
         """Up to ``max_tasks`` due tasks in one round trip, waiting up to ``timeout`` seconds
         for the first; an empty list if none came."""
@@ -627,6 +686,10 @@ class AsyncDelayQueue(Generic[PayloadT]):
 
     async def _poll(self, count: int, timeout: float | None) -> list[AsyncTask[PayloadT]]:
         self._check_open()
+        if self._ahead.tasks:
+            tasks = await self._from_ahead(count)
+            if tasks:
+                return tasks
         deadline = None if timeout is None else backend.monotonic() + timeout
         await self._notifier.start()
         while True:
@@ -641,32 +704,15 @@ class AsyncDelayQueue(Generic[PayloadT]):
                 # looking again now would only cost Redis a script call.
                 mark, wake_at, fetched_at, result = quiet
             else:
-                mark = self._notifier.mark()
-                sent_at = backend.monotonic()
-                args = protocol.fetch_args(self._policy, count, self._receipt_ms)
-                result = await self._run(
-                    Op.FETCH,
-                    args,
-                    deadline=deadline,
-                    parse=True,
-                    keys=(*self._key_list, self._keys.receipt("fetch", args[2])),
-                )
-                # The server read its clock about halfway through the round trip: plan from
-                # there.
-                received_at = backend.monotonic()
-                fetched_at = (
-                    (sent_at + received_at) / 2 if received_at - sent_at < 0.05 else received_at
-                )
-                self._quiet = None
-                tasks = await self._accept(result)
+                tasks, result = await self._fetch(count, deadline)
                 if tasks:
+                    if count == 1:  # take() or poll(): a loop's ack may fetch ahead for it
+                        self._ahead.consuming = True
                     return tasks
                 if result.tasks:
                     continue  # every one was undecodable and is dead-lettered: look again now
-                wake_at = fetched_at + self._safety_s
-                if result.next_wake_ms is not None:
-                    wake_at = min(wake_at, fetched_at + result.seconds_until(result.next_wake_ms))
-                self._quiet = _Quiet(mark, wake_at, fetched_at, result)
+                assert self._quiet is not None  # an empty look planned the next one
+                mark, wake_at, fetched_at, result = self._quiet
                 if deadline is not None and backend.monotonic() >= deadline:
                     return []
             # Sleep until the earliest due time, moving the alarm earlier when a message
@@ -687,6 +733,66 @@ class AsyncDelayQueue(Generic[PayloadT]):
                 self._quiet = _Quiet(mark, wake_at, fetched_at, result)
                 return []
             self._quiet = None
+
+    async def _fetch(
+        self,
+        count: int,
+        deadline: float | None = -1.0,
+        acks: Sequence[AsyncTask] = (),
+    ) -> tuple[list[AsyncTask[PayloadT]], FetchResult]:
+        """One fetch script call: ack ``acks`` (if any), then lease up to ``count`` due tasks.
+        A look that leases nothing records when the next one is worth making (``_quiet``)."""
+        mark = self._notifier.mark()
+        args = protocol.fetch_args(self._policy, count, self._receipt_ms)
+        for task in acks:
+            args += (task.id, task.lease_token)
+        sent_at = backend.monotonic()
+        result = await self._run(
+            Op.FETCH,
+            args,
+            deadline=deadline,
+            parse=True,
+            keys=(*self._key_list, self._keys.receipt("fetch", args[2])),
+        )
+        # The server read its clock about halfway through the round trip: plan from there.
+        received_at = backend.monotonic()
+        fetched_at = (sent_at + received_at) / 2 if received_at - sent_at < 0.05 else received_at
+        self._quiet = None
+        tasks = await self._accept(result)
+        if not result.tasks:
+            wake_at = fetched_at + self._safety_s
+            if result.next_wake_ms is not None:
+                wake_at = min(wake_at, fetched_at + result.seconds_until(result.next_wake_ms))
+            self._quiet = _Quiet(mark, wake_at, fetched_at, result)
+        return tasks, result
+
+    async def _from_ahead(self, count: int) -> list[AsyncTask[PayloadT]]:
+        """Up to ``count`` of the tasks fetched ahead, each with at least half its lease left
+        (a lease that ran lower is extended first; one already lost is skipped)."""
+        lease_s = self._policy.lease_ms / 1000
+        tasks: list[AsyncTask[PayloadT]] = []
+        while self._ahead.tasks and len(tasks) < count:
+            task, leased_at = self._ahead.tasks.popleft()
+            if backend.monotonic() - leased_at > lease_s / 2:
+                try:
+                    await self.extend(task, lease_s)
+                except LeaseLost:
+                    continue
+            tasks.append(task)
+        return tasks
+
+    async def _hand_back_ahead(self) -> None:
+        """Give the tasks fetched ahead back at once (not after their lease), e.g. on close();
+        one that cannot be given back now (Redis away) returns after its lease."""
+        while self._ahead.tasks:
+            task, _ = self._ahead.tasks.popleft()
+            try:
+                await self.release(task)
+            except Exception as exc:  # whatever it is, the others still go back
+                log.warning(
+                    "delayq: could not hand back task %s of %s (%s); it returns after its lease",
+                    printable(task.id), self.name, printable(str(exc)),
+                )  # fmt: skip
 
     def _quiet_until(self) -> float | None:
         """When this queue must next be looked at (monotonic), from its last empty look and
@@ -759,9 +865,33 @@ class AsyncDelayQueue(Generic[PayloadT]):
     async def ack(self, task: AsyncTask) -> None:
         """Mark a delivered task done. Raises :class:`LeaseLost` if the lease is no longer
         ours: it expired, and the task is (or was) delivered again, perhaps finished by another
-        consumer. An ack resent after a lost reply is recognised and succeeds."""
-        if (await self.ack_many([task]))[0] is False:
+        consumer. An ack resent after a lost reply is recognised and succeeds.
+
+        In a consumer loop (``take()`` or ``poll()``, then ``ack()``) the ack also fetches the
+        next due tasks, up to ``prefetch``, in the same round trip: the next ``take()`` needs
+        none. Tasks fetched ahead are handed out with at least half their lease left, and are
+        handed back at once by ``close()``."""
+        if await self._ack_one(task, fetch_ahead=True) is False:
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
+
+    async def _ack_one(self, task: AsyncTask, *, fetch_ahead: bool) -> bool:
+        want = self._ahead.want(self._prefetch, self._policy.lease_ms) if fetch_ahead else 0
+        if (
+            want == 0
+            or task.lease_token is None
+            or task.queue is not self
+            or self._ahead.tasks
+            or (self._durability is not None and self._durability.after_ack)
+            or (self._quiet_until() or 0.0) > backend.monotonic()  # nothing due to fetch yet
+        ):
+            return (await self.ack_many([task]))[0]
+        self._check_open()
+        tasks, result = await self._fetch(want, acks=[task])
+        now = backend.monotonic()
+        self._ahead.tasks.extend((t, now) for t in tasks)
+        if result.acked[0]:
+            object.__setattr__(task, "_settled", True)
+        return result.acked[0]
 
     async def ack_many(self, tasks: Sequence[AsyncTask]) -> list[bool]:
         """Ack many tasks in one round trip; False where the lease was lost."""
@@ -782,7 +912,11 @@ class AsyncDelayQueue(Generic[PayloadT]):
                 reply = await self._run(Op.ACK, args, keys=ack_keys)
             acked += (int(s) != 0 for s in reply)
         status = iter(acked)
-        return [next(status) if t.lease_token is not None else True for t in tasks]
+        results = [next(status) if t.lease_token is not None else True for t in tasks]
+        for task, ok in zip(tasks, results, strict=True):
+            if ok:
+                object.__setattr__(task, "_settled", True)
+        return results
 
     async def nack(self, task: AsyncTask, delay: Duration | None = None) -> None:
         """Give a task back: delivered again now, or after ``delay``. Counts as an attempt
@@ -813,6 +947,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         reply = await self._run(Op.NACK, args)
         if int(reply[0]) == 0:
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
+        object.__setattr__(task, "_settled", True)
 
     async def extend(self, task: AsyncTask, seconds: Duration) -> datetime:
         """Keep the lease for ``seconds`` from now; returns the new expiry. Raises

@@ -385,8 +385,13 @@ class AsyncShardedQueue(AsyncDelayQueue[PayloadT]):
         channel announces an earlier one."""
         self._check_open()
         await self._register()
-        deadline = None if timeout is None else backend.monotonic() + timeout
         every = self._every_part
+        for part in every:  # tasks an ack fetched ahead first: they cost no round trip
+            if part._ahead.tasks:
+                ahead = await part._from_ahead(count)
+                if ahead:
+                    return ahead
+        deadline = None if timeout is None else backend.monotonic() + timeout
         for part in every:
             await part._notifier.start()
         shards = len(every)

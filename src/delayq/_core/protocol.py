@@ -201,6 +201,7 @@ class FetchResult:
     now_us: int  # server time
     next_wake_ms: int | None  # earliest due time or lease expiry still ahead
     tasks: list[RawTask]
+    acked: list[bool] = dataclasses.field(default_factory=list)  # of the acks sent along
 
     @property
     def now_ms(self) -> int:
@@ -268,6 +269,7 @@ def fetch_args(policy: Policy, count: int, keep_ms: int) -> list[Any]:
 
 
 def parse_fetch(reply: Sequence[Any]) -> FetchResult:
+    acks = _str(reply[2])
     tasks = [
         RawTask(
             id=_id(reply[i]),
@@ -277,10 +279,10 @@ def parse_fetch(reply: Sequence[Any]) -> FetchResult:
             priority=9 - int(reply[i + 4]),
             token=_str(reply[i + 5]) or None,
         )
-        for i in range(2, len(reply), 6)
+        for i in range(3, len(reply), 6)
     ]
     wake = int(reply[1])
-    return FetchResult(int(reply[0]), None if wake < 0 else wake, tasks)
+    return FetchResult(int(reply[0]), None if wake < 0 else wake, tasks, [c == "1" for c in acks])
 
 
 def nack_args(

@@ -382,8 +382,13 @@ class ShardedQueue(DelayQueue[PayloadT]):
         channel announces an earlier one."""
         self._check_open()
         self._register()
-        deadline = None if timeout is None else backend.monotonic() + timeout
         every = self._every_part
+        for part in every:  # tasks an ack fetched ahead first: they cost no round trip
+            if part._ahead.tasks:
+                ahead = part._from_ahead(count)
+                if ahead:
+                    return ahead
+        deadline = None if timeout is None else backend.monotonic() + timeout
         for part in every:
             part._notifier.start()
         shards = len(every)

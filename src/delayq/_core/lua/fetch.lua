@@ -7,8 +7,11 @@
 -- ARGV[7] backoff factor in (0, 1], the client's jitter draw
 -- ARGV[8] housekeeping limit: most expired leases / ttls / kept keys handled per call
 -- ARGV[9] ms to keep this call's receipt
--- KEYS[14] this call's receipt: per task handed out, "id|due_ms|slot|attempts|token" (and,
---         at-most-once, the envelope as the next entry). The same call resent after a lost
+-- ARGV[10..] pairs: id, lease token of tasks to ack first (as ack.lua does): a consumer that
+--         finishes one task and wants the next pays one round trip, not two
+-- KEYS[14] this call's receipt: first "#" and the ack statuses, then per task handed out
+--         "id|due_ms|slot|attempts|token" (and, at-most-once, the envelope as the next
+--         entry). The same call resent after a lost
 --         reply (same nonce: by delayq or the client's own retry) returns what the first one
 --         handed out, instead of leasing more and leaving those to expire unseen (or,
 --         at-most-once, losing them)
@@ -16,7 +19,8 @@
 --         consumer looked) and each task handed out adds its lateness (now - due) to
 --         late:sum and to one non-cumulative bucket late:<upper ms> / late:inf; the bounds
 --         are LATENESS_BUCKETS_MS in protocol.py.
--- Reply: {now_us, next_wake_ms or -1, then per task: id, envelope, attempts, due_ms, slot, token}
+-- Reply: {now_us, next_wake_ms or -1, ack statuses (a string of digits, 1 = acked, 0 = lease
+--        lost, as ack.lua's), then per task: id, envelope, attempts, due_ms, slot, token}
 --        now_us is the server's time in microseconds (consumers plan their sleep from it);
 --        next_wake_ms is the earliest due time or lease expiry still ahead.
 local want = tonumber(ARGV[1])
@@ -90,9 +94,9 @@ local function next_wake()
 end
 
 if redis.call('EXISTS', receipt) == 1 then
-  local reply = {now_us, next_wake()}
   local rows = redis.call('LRANGE', receipt, 0, -1)
-  local r = 1
+  local reply = {now_us, next_wake(), string.sub(rows[1], 2)}
+  local r = 2
   while r <= #rows do
     local id, due_ms, slot, tries, token = string.match(rows[r], '^(.*)|(%d+)|(%d)|(%d+)|(.*)$')
     local envelope
@@ -118,7 +122,19 @@ end
 
 redis.call('HSET', K_COUNTERS, 'seen_ms', now)
 
-local reply = {now_us, -1}
+local acks = ''
+if #ARGV > 9 then
+  local ack_ids, tokens = {}, {}
+  for i = 10, #ARGV, 2 do
+    ack_ids[#ack_ids + 1] = ARGV[i]
+    tokens[#tokens + 1] = ARGV[i + 1]
+  end
+  local statuses, done = finish(ack_ids, tokens, now)
+  count('acked', done)
+  acks = table.concat(statuses)
+end
+
+local reply = {now_us, -1, acks}
 local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', fmt(score(now, 9)),
   'WITHSCORES', 'LIMIT', 0, want)
 local ids = {}
@@ -185,17 +201,20 @@ if #ids > 0 then
   if handed > 0 then
     for bucket, n in pairs(late_hits) do count('late:' .. bucket, n) end
     count('late:sum', late_sum)
-    local rows = {}
-    for r = 3, #reply, 6 do
-      rows[#rows + 1] = reply[r] .. '|' .. reply[r + 3] .. '|' .. reply[r + 4] .. '|'
-        .. reply[r + 2] .. '|' .. reply[r + 5]
-      if lease_ms == 0 then rows[#rows + 1] = reply[r + 1] end
-    end
-    redis.call('RPUSH', receipt, unpack(rows))
-    redis.call('PEXPIRE', receipt, keep_ms)
   end
 end
 count('delivered', handed)
+
+if handed > 0 or acks ~= '' then
+  local rows = {'#' .. acks}
+  for r = 4, #reply, 6 do
+    rows[#rows + 1] = reply[r] .. '|' .. reply[r + 3] .. '|' .. reply[r + 4] .. '|'
+      .. reply[r + 2] .. '|' .. reply[r + 5]
+    if lease_ms == 0 then rows[#rows + 1] = reply[r + 1] end
+  end
+  redis.call('RPUSH', receipt, unpack(rows))
+  redis.call('PEXPIRE', receipt, keep_ms)
+end
 
 announce_if_earlier(new_min, old_head)
 

@@ -1,0 +1,84 @@
+"""AsyncConsumer: a queue's due tasks as an iterator, each acked when the next is asked for.
+
+The sync ``Consumer`` in ``_sync/consumer.py`` is generated from this file by
+``scripts/unasync.py``; edit here and regenerate.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import TracebackType
+from typing import TYPE_CHECKING, Generic
+
+from .._core.codecs import PayloadT
+from .._core.handling import Verdict, outcome_of
+from .._core.text import printable
+from ..exceptions import LeaseLost
+
+if TYPE_CHECKING:
+    from .queue import AsyncDelayQueue, AsyncTask
+
+log = logging.getLogger("delayq")
+
+
+class AsyncConsumer(Generic[PayloadT]):
+    """What ``queue.consume()`` returns: see :meth:`AsyncDelayQueue.consume`."""
+
+    def __init__(self, queue: AsyncDelayQueue[PayloadT], timeout: float | None) -> None:
+        self._queue = queue
+        self._timeout = timeout
+        self._current: AsyncTask[PayloadT] | None = None
+
+    def __aiter__(self) -> AsyncConsumer[PayloadT]:
+        return self
+
+    async def __anext__(self) -> AsyncTask[PayloadT]:
+        await self._settle(None, fetch_ahead=True)
+        if self._timeout is None:
+            task = await self._queue.take()
+        else:
+            found = await self._queue.poll(self._timeout)
+            if found is None:
+                raise StopAsyncIteration
+            task = found
+        self._current = task
+        return task
+
+    async def __aenter__(self) -> AsyncConsumer[PayloadT]:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self._settle(exc, fetch_ahead=False)
+        finally:
+            await self._queue._hand_back_ahead()
+
+    async def _settle(self, error: BaseException | None, *, fetch_ahead: bool) -> None:
+        """Ack the task in hand (``error`` None), or fail it as a worker would."""
+        task, self._current = self._current, None
+        if task is None or task._settled:
+            return
+        queue = self._queue
+        try:
+            if error is None:
+                if not await queue._ack_one(task, fetch_ahead=fetch_ahead):
+                    raise LeaseLost(task.id)
+                return
+            if not isinstance(error, Exception):  # Ctrl-C, a cancellation: not the task's fault
+                await queue.release(task)
+                return
+            outcome = outcome_of(error, task.attempts, queue.policy.max_attempts)
+            if outcome.verdict is Verdict.REJECT:
+                await queue.reject(task, outcome.error)
+            else:
+                await queue.retry(task, outcome.delay, error=outcome.error)
+        except LeaseLost:
+            log.warning(
+                "delayq: lease on task %s of %s was lost before it was settled; it is or will "
+                "be delivered again", printable(task.id), queue.name,
+            )  # fmt: skip
