@@ -1,0 +1,491 @@
+"""The plain consumer path (issue #12): take()/poll() + ack() costs one round trip per task,
+the ack fetching the next due tasks ahead, under the usual guarantees: fenced leases, lost
+replies, a consumer killed while it holds tasks fetched ahead, close(), Redis restarts; and
+the consume() iterator."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from delayq import AsyncDelayQueue, DelayQueue, LeaseLost, Reject, Retry
+from delayq._core.scripts import Op
+from delayq.embedded import EmbeddedRedis
+from tests.conftest import BINARIES
+from tests.helpers import wait_until
+
+from .test_review import DropReplyProxy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def script_calls(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+
+def lease_left(q: DelayQueue, task_id: str) -> float:
+    info = q.get(task_id)
+    assert info is not None and info.lease_expires_at is not None, info
+    return (info.lease_expires_at - datetime.now(UTC)).total_seconds()
+
+
+@pytest.fixture
+def proxy(redis_server: EmbeddedRedis) -> Iterator[DropReplyProxy]:
+    p = DropReplyProxy(redis_server.port)
+    yield p
+    p.close()
+
+
+# -- one round trip per task ----------------------------------------------------------------
+
+
+def test_take_ack_loop_costs_one_script_call_per_task(
+    make_queue: Callable[..., DelayQueue], client: redis.Redis
+) -> None:
+    n = 400
+    q = make_queue("loop")
+    q.offer_many([(i, 0) for i in range(n)])
+    before = script_calls(client)
+    seen = []
+    for _ in range(n):
+        task = q.take()
+        seen.append(task.payload)
+        task.ack()
+    calls = script_calls(client) - before
+    assert sorted(seen) == list(range(n)), "each task once"
+    # Two per task (fetch, then ack) without the fetch-ahead; one per task, plus a fetch per
+    # batch fetched ahead, with it.
+    assert calls <= n + n // 4, f"{calls} script calls for {n} tasks"
+    stats = q.stats()
+    assert (stats.ready, stats.inflight, stats.counters["acked"]) == (0, 0, n)
+
+
+def test_poll_loop_costs_one_script_call_per_task_and_nothing_more_once_idle(
+    make_queue: Callable[..., DelayQueue], client: redis.Redis
+) -> None:
+    n = 200
+    q = make_queue("polls", safety_interval=30)
+    q.offer_many([(i, 0) for i in range(n)])
+    before = script_calls(client)
+    seen = []
+    while (task := q.poll(timeout=0.5)) is not None:
+        seen.append(task.payload)
+        task.ack()
+    assert sorted(seen) == list(range(n))
+    assert script_calls(client) - before <= n + n // 4 + 2
+    # Idle: the last ack's empty look planned the next one, so polling on costs nothing.
+    idle_from = script_calls(client)
+    assert q.poll(timeout=1.0) is None
+    assert script_calls(client) - idle_from <= 1
+
+
+def test_prefetch_zero_keeps_two_round_trips_and_acks_work(
+    make_queue: Callable[..., DelayQueue], client: redis.Redis
+) -> None:
+    q = make_queue("plain", prefetch=0)
+    q.offer_many([(i, 0) for i in range(50)])
+    before = script_calls(client)
+    for _ in range(50):
+        q.take().ack()
+    assert script_calls(client) - before == 100
+    assert q.stats().counters["acked"] == 50
+
+
+def test_bad_prefetch_is_refused(make_queue: Callable[..., DelayQueue]) -> None:
+    from delayq import ConfigError
+
+    for bad in (-1, 101, 1.5, True, "8"):
+        with pytest.raises(ConfigError, match="prefetch"):
+            make_queue("bad", prefetch=bad)
+
+
+async def test_async_take_ack_loop_costs_one_script_call_per_task(
+    make_async_queue: Callable[..., AsyncDelayQueue], client: redis.Redis
+) -> None:
+    n = 400
+    q = make_async_queue("aloop")
+    await q.offer_many([(i, 0) for i in range(n)])
+    before = script_calls(client)
+    seen = []
+    for _ in range(n):
+        task = await q.take()
+        seen.append(task.payload)
+        await task.ack()
+    assert sorted(seen) == list(range(n))
+    assert script_calls(client) - before <= n + n // 4
+    stats = await q.stats()
+    assert (stats.ready, stats.inflight, stats.counters["acked"]) == (0, 0, n)
+
+
+def test_only_a_take_loop_fetches_ahead(
+    make_queue: Callable[..., DelayQueue], client: redis.Redis
+) -> None:
+    """Tasks from poll_many (a batch consumer, a worker) acked one by one lease nothing more."""
+    q = make_queue("batch")
+    q.offer_many([(i, 0) for i in range(20)])
+    tasks = q.poll_many(5)
+    for task in tasks:
+        task.ack()
+    stats = q.stats()
+    assert (stats.inflight, stats.ready) == (0, 15)
+
+
+# -- leases of tasks fetched ahead ----------------------------------------------------------
+
+
+def test_a_task_fetched_ahead_is_handed_out_with_at_least_half_its_lease(
+    make_queue: Callable[..., DelayQueue],
+) -> None:
+    q = make_queue("half", visibility_timeout=1.0)
+    q.offer_many([("a", 0), ("b", 0)])
+    q.take().ack()  # fetches "b" ahead
+    assert q.stats().inflight == 1
+    time.sleep(0.6)  # the point of the test: the lease of "b" ages past half in the buffer
+    task = q.take()
+    assert task.payload == "b"
+    assert lease_left(q, task.id) > 0.5, "handed out with less than half its lease"
+    task.ack()
+
+
+def test_a_task_fetched_ahead_whose_lease_moved_on_is_never_handed_out(
+    make_queue: Callable[..., DelayQueue],
+) -> None:
+    """Fenced leases: the lease of a task waiting in the buffer ran out and another consumer
+    took the task; this consumer must not hand it out (its token is stale)."""
+    opts: dict[str, Any] = {"visibility_timeout": 0.3, "retry_backoff": None}
+    q = make_queue("fenced", **opts)
+    other = make_queue("fenced", **opts)
+    q.offer_many([("a", 0), ("b", 0)])
+    q.take().ack()  # "b" is fetched ahead, leased to q
+    stolen = wait_until(lambda: other.poll(timeout=0.2), timeout=10)
+    assert stolen.payload == "b" and stolen.attempts == 2
+    assert q.poll(timeout=0) is None, "a task whose lease moved on was handed out"
+    stolen.ack()
+    assert q.stats().counters["acked"] == 2
+
+
+def test_close_hands_back_the_tasks_fetched_ahead_at_once(
+    make_queue: Callable[..., DelayQueue],
+) -> None:
+    q = make_queue("closing", visibility_timeout=60)
+    watcher = make_queue("closing")
+    q.offer_many([(i, 0) for i in range(10)])
+    q.take().ack()
+    q.take().ack()  # its pace known, this ack fetches a batch ahead
+    assert watcher.stats().inflight > 1
+    q.close()
+    stats = watcher.stats()
+    assert (stats.inflight, stats.ready) == (0, 8), "fetched-ahead tasks left to their lease"
+    assert stats.counters.get("retried", 0) == 0 and stats.counters["acked"] == 2
+    assert sorted(t.payload for t in watcher.poll_many(10)) == list(range(2, 10))
+
+
+async def test_async_close_hands_back_the_tasks_fetched_ahead_at_once(
+    make_async_queue: Callable[..., AsyncDelayQueue],
+) -> None:
+    q = make_async_queue("aclosing", visibility_timeout=60)
+    watcher = make_async_queue("aclosing")
+    await q.offer_many([(i, 0) for i in range(10)])
+    await (await q.take()).ack()
+    await (await q.take()).ack()
+    assert (await watcher.stats()).inflight > 1
+    await q.close()
+    stats = await watcher.stats()
+    assert (stats.inflight, stats.ready) == (0, 8)
+
+
+# -- lost replies ---------------------------------------------------------------------------
+
+
+def test_lost_reply_of_an_ack_that_fetches_is_resent_and_loses_nothing(
+    make_queue: Callable[..., DelayQueue], proxy: DropReplyProxy, client: redis.Redis
+) -> None:
+    """The reply of the combined ack + fetch call is lost; the call is resent with the same
+    nonce and answered from its receipt: the ack counts once and succeeds, the task it fetched
+    ahead is the one handed out next, and nothing more was leased."""
+    producer = make_queue("lost")
+    q = make_queue("lost", redis=proxy.url)
+    producer.offer_many([("a", 0), ("b", 0), ("c", 0)])
+    first = q.take()
+    proxy.arm(Op.FETCH, client)
+    first.ack()  # no LeaseLost: the resend found the first call's ack statuses
+    assert proxy.dropped.is_set()
+    stats = producer.stats()
+    assert (stats.counters["acked"], stats.inflight, stats.ready) == (1, 1, 1)
+    second = q.take()
+    assert second.payload == "b"
+    assert producer.stats().inflight == 1, "the resend leased more tasks"
+    second.ack()
+    third = q.take()
+    assert third.payload == "c"
+    third.ack()
+    assert producer.stats().counters["acked"] == 3
+
+
+async def test_async_lost_reply_of_an_ack_that_fetches(
+    make_async_queue: Callable[..., AsyncDelayQueue], proxy: DropReplyProxy, client: redis.Redis
+) -> None:
+    producer = make_async_queue("alost")
+    q = make_async_queue("alost", redis=proxy.url)
+    await producer.offer_many([("a", 0), ("b", 0)])
+    first = await q.take()
+    proxy.arm(Op.FETCH, client)
+    await first.ack()
+    assert proxy.dropped.is_set()
+    second = await q.take()
+    assert second.payload == "b"
+    await second.ack()
+    stats = await producer.stats()
+    assert (stats.counters["acked"], stats.inflight, stats.ready) == (2, 0, 0)
+
+
+def test_an_ack_whose_lease_was_lost_still_raises(make_queue: Callable[..., DelayQueue]) -> None:
+    q = make_queue("gone", visibility_timeout=0.2)
+    other = make_queue("gone", visibility_timeout=30)
+    q.offer("a", delay=0)
+    task = q.take()
+    stolen = wait_until(lambda: other.poll(timeout=0.2), timeout=10)
+    assert stolen.id == task.id
+    q.offer("b", delay=0)  # due: the ack fetches ahead, and still reports the lost lease
+    with pytest.raises(LeaseLost):
+        task.ack()
+    stolen.ack()
+
+
+# -- crashes and restarts -------------------------------------------------------------------
+
+CONSUMER = """
+import sys, redis
+from delayq import DelayQueue
+url, prefix, stop_after = sys.argv[1], sys.argv[2], int(sys.argv[3])
+q = DelayQueue("killed", url, prefix=prefix, visibility_timeout=1.5)
+seen = redis.Redis.from_url(url)
+for n in range(stop_after):
+    task = q.take()
+    seen.rpush(prefix + ":seen", task.payload)
+    task.ack()
+print("holding", flush=True)
+sys.stdin.read()  # holds the tasks its last ack fetched ahead until it is killed
+"""
+
+
+def test_sigkill_of_a_consumer_holding_tasks_fetched_ahead_loses_none(
+    redis7_server: EmbeddedRedis, prefix: str
+) -> None:
+    n = 40
+    url = redis7_server.url
+    with DelayQueue("killed", url, prefix=prefix, visibility_timeout=1.5) as producer:
+        producer.offer_many([(i, 0) for i in range(n)])
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CONSUMER, url, prefix, "10"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        )
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
+            held = producer.stats().inflight
+            assert held >= 1, "the last ack fetched nothing ahead"
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+        finally:
+            proc.kill()
+            proc.communicate()  # closes its pipes
+        client = redis.Redis.from_url(url)
+        first = [int(x) for x in client.lrange(f"{prefix}:seen", 0, -1)]
+        assert len(first) == 10
+        rest = []
+        while len(first) + len(rest) < n:
+            task = producer.poll(timeout=10)  # the held ones come back after their lease
+            assert task is not None, f"lost: {set(range(n)) - set(first) - set(rest)}"
+            rest.append(task.payload)
+            task.ack()
+        assert sorted(first + rest) == list(range(n)), "a task lost or handled twice"
+        client.close()
+
+
+@pytest.fixture(params=[b for _, b in BINARIES], ids=[n for n, _ in BINARIES])
+def own_server(request: pytest.FixtureRequest) -> Iterator[EmbeddedRedis]:
+    server = EmbeddedRedis(request.param, aof=True).start()
+    yield server
+    server.stop()
+
+
+def test_redis_restart_mid_loop_loses_nothing(own_server: EmbeddedRedis, prefix: str) -> None:
+    """A take/ack loop rides out a crash and restart of its (AOF) Redis: every task is handled,
+    none lost; one whose ack was lost with the crash may come again (at-least-once)."""
+    n = 60
+    url = own_server.url
+    producer = DelayQueue("restart", url, prefix=prefix, visibility_timeout=2)
+    q = DelayQueue("restart", url, prefix=prefix, visibility_timeout=2, reconnect_timeout=20)
+    try:
+        producer.offer_many([(i, 0) for i in range(n)])
+        seen: list[int] = []
+        while len(set(seen)) < n:
+            if len(seen) == n // 2:
+                own_server.kill()
+                own_server.start()
+            task = q.poll(timeout=15)
+            assert task is not None, f"missing {set(range(n)) - set(seen)}"
+            seen.append(task.payload)
+            with contextlib.suppress(LeaseLost):  # lost with the crash: it comes again
+                task.ack()
+        assert set(seen) == set(range(n))
+        assert len(seen) - n <= 10, "more redeliveries than the tasks held at the crash"
+    finally:
+        q.close()
+        producer.close()
+
+
+# -- sharded queues -------------------------------------------------------------------------
+
+
+def test_sharded_take_ack_loop_fetches_ahead_per_shard(
+    redis_server: EmbeddedRedis, prefix: str, client: redis.Redis
+) -> None:
+    n = 300
+    with DelayQueue("sh", redis_server.url, prefix=prefix, shards=4) as q:
+        q.offer_many([(i, 0) for i in range(n)])
+        before = script_calls(client)
+        seen = []
+        for _ in range(n):
+            task = q.take()
+            seen.append(task.payload)
+            task.ack()
+        assert sorted(seen) == list(range(n))
+        assert script_calls(client) - before <= n + n // 3
+        assert q.stats().counters["acked"] == n
+    with DelayQueue("sh", redis_server.url, prefix=prefix, shards=4) as q:
+        stats = q.stats()
+        assert (stats.inflight, stats.ready) == (0, 0)
+
+
+# -- consume() ------------------------------------------------------------------------------
+
+
+def test_consume_acks_each_task_when_the_next_is_asked_for(
+    make_queue: Callable[..., DelayQueue],
+) -> None:
+    q = make_queue("iter")
+    q.offer_many([(i, 0) for i in range(30)])
+    seen = [task.payload for task in q.consume(timeout=0.5)]
+    assert sorted(seen) == list(range(30))
+    stats = q.stats()
+    assert (stats.counters["acked"], stats.inflight, stats.ready) == (30, 0, 0)
+
+
+def test_consume_in_with_acks_on_break_and_hands_back_the_rest(
+    make_queue: Callable[..., DelayQueue],
+) -> None:
+    q = make_queue("brk", visibility_timeout=60)
+    q.offer_many([(i, 0) for i in range(10)])
+    with q.consume() as tasks:
+        for n, _ in enumerate(tasks):
+            if n == 3:
+                break
+    stats = q.stats()
+    assert (stats.counters["acked"], stats.inflight, stats.ready) == (4, 0, 6)
+
+
+def test_consume_in_with_retries_on_an_exception_and_rejects_on_reject(
+    make_queue: Callable[..., DelayQueue],
+) -> None:
+    from delayq import Backoff
+
+    q = make_queue("fail", visibility_timeout=60, retry_backoff=Backoff(base=30, max=30))
+    q.offer_many([("boom", 0), ("bad", 0.05)])
+    with pytest.raises(RuntimeError), q.consume() as tasks:
+        for _task in tasks:
+            raise RuntimeError("handler failed")
+    info = [i for i in q.tasks("delayed") if i.payload == "boom"]
+    assert info and "handler failed" in (info[0].last_error or ""), "not retried with the error"
+    assert q.stats().inflight == 0
+    with pytest.raises(Reject), q.consume() as tasks:
+        for task in tasks:
+            assert task.payload == "bad"
+            raise Reject("poison")
+    (dead,) = q.dead()
+    assert dead.payload == "bad" and "poison" in dead.error
+    q.offer("again", delay=0)
+    with pytest.raises(Retry), q.consume(timeout=5) as tasks:
+        for _task in tasks:
+            raise Retry(delay=0)
+    assert q.stats().counters.get("acked", 0) == 0 and q.stats().counters["retried"] == 2
+
+
+def test_consume_leaves_a_task_the_loop_settled_itself(
+    make_queue: Callable[..., DelayQueue], caplog: pytest.LogCaptureFixture
+) -> None:
+    q = make_queue("own")
+    q.offer_many([(i, 0) for i in range(6)])
+    for task in q.consume(timeout=0.3):
+        if task.payload % 2:
+            task.nack(60)  # given back by the loop: consume must not ack it
+        else:
+            task.ack()
+    assert not [r for r in caplog.records if "was lost" in r.getMessage()]
+    stats = q.stats()
+    assert (stats.counters["acked"], stats.delayed) == (3, 3)
+
+
+async def test_async_consume(make_async_queue: Callable[..., AsyncDelayQueue]) -> None:
+    q = make_async_queue("aiter", visibility_timeout=60)
+    await q.offer_many([(i, 0) for i in range(20)])
+    seen = []
+    async with q.consume() as tasks:
+        async for task in tasks:
+            seen.append(task.payload)
+            if len(seen) == 12:
+                break
+    stats = await q.stats()
+    assert (stats.counters["acked"], stats.inflight, stats.ready) == (12, 0, 8)
+    rest = [task.payload async for task in q.consume(timeout=0.3)]
+    assert sorted(seen + rest) == list(range(20))
+
+
+async def test_async_consume_is_cancel_safe(
+    make_async_queue: Callable[..., AsyncDelayQueue],
+) -> None:
+    """A loop cancelled mid-task (a shutdown) hands the task back without counting an
+    attempt, and the tasks fetched ahead too."""
+    q = make_async_queue("acancel", visibility_timeout=60)
+    await q.offer_many([(i, 0) for i in range(5)])
+    started = asyncio.Event()
+
+    async def loop() -> None:
+        async with q.consume() as tasks:
+            async for n, _task in _enumerate(tasks):
+                if n == 1:
+                    started.set()
+                    await asyncio.sleep(60)
+
+    runner = asyncio.create_task(loop())
+    await asyncio.wait_for(started.wait(), 10)
+    runner.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await runner
+    stats = await q.stats()
+    assert (stats.counters["acked"], stats.inflight, stats.ready) == (1, 0, 4)
+    assert stats.counters.get("retried", 0) == 0
+
+
+async def _enumerate(items: Any) -> Any:
+    n = 0
+    async for item in items:
+        yield n, item
+        n += 1
