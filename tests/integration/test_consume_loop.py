@@ -375,6 +375,21 @@ def test_sharded_take_ack_loop_fetches_ahead_per_shard(
         assert (stats.inflight, stats.ready) == (0, 0)
 
 
+def test_sharded_consume_fetches_ahead_and_hands_back_on_exit(
+    redis_server: EmbeddedRedis, prefix: str, client: redis.Redis
+) -> None:
+    with DelayQueue("shc", redis_server.url, prefix=prefix, shards=3) as q:
+        q.offer_many([(i, 0) for i in range(90)])
+        before = script_calls(client)
+        with q.consume() as tasks:
+            for n, _task in enumerate(tasks):
+                if n == 59:
+                    break
+        assert script_calls(client) - before <= 60 + 60 // 3 + 12  # + the hand-backs
+        stats = q.stats()
+        assert (stats.counters["acked"], stats.inflight, stats.ready) == (60, 0, 30)
+
+
 # -- consume() ------------------------------------------------------------------------------
 
 

@@ -427,6 +427,13 @@ class AsyncShardedQueue(AsyncDelayQueue[PayloadT]):
         """Mark a delivered task done; see :meth:`AsyncDelayQueue.ack`."""
         await self._part_of(task).ack(task)
 
+    async def _ack_one(self, task: AsyncTask, *, fetch_ahead: bool) -> bool:
+        return await self._part_of(task)._ack_one(task, fetch_ahead=fetch_ahead)
+
+    async def _hand_back_ahead(self) -> None:
+        for part in self._every_part:
+            await part._hand_back_ahead()
+
     async def ack_many(self, tasks: Sequence[AsyncTask]) -> list[bool]:
         """Ack many tasks, one round trip per shard; False where the lease was lost."""
         results: list[bool] = [True] * len(tasks)

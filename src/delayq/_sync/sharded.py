@@ -424,6 +424,13 @@ class ShardedQueue(DelayQueue[PayloadT]):
         """Mark a delivered task done; see :meth:`DelayQueue.ack`."""
         self._part_of(task).ack(task)
 
+    def _ack_one(self, task: Task, *, fetch_ahead: bool) -> bool:
+        return self._part_of(task)._ack_one(task, fetch_ahead=fetch_ahead)
+
+    def _hand_back_ahead(self) -> None:
+        for part in self._every_part:
+            part._hand_back_ahead()
+
     def ack_many(self, tasks: Sequence[Task]) -> list[bool]:
         """Ack many tasks, one round trip per shard; False where the lease was lost."""
         results: list[bool] = [True] * len(tasks)
