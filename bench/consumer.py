@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -315,10 +316,16 @@ def consume_sync(url: str, record: Record, ready: Any, how: str) -> None:
     ready.set()
     try:
         if how == "consume":
-            for task in q.consume():  # type: ignore[attr-defined]
-                record.handle(task.payload)
-                if record.done:
-                    break
+            # ``with q.consume() as tasks`` where it is a context manager (a break acks the
+            # task in hand), else a bare ``for``.
+            stream: Any = q.consume()  # type: ignore[attr-defined, unused-ignore]  # newer API
+            with (
+                stream if hasattr(stream, "__enter__") else contextlib.nullcontext(stream) as tasks
+            ):
+                for task in tasks:
+                    record.handle(task.payload)
+                    if record.done:
+                        break
             return
         while not record.done:
             if how == "take":
@@ -339,10 +346,13 @@ async def consume_async(url: str, record: Record, ready: Any, how: str) -> None:
     ready.set()
     try:
         if how == "consume":
-            async for task in q.consume():  # type: ignore[attr-defined]
-                record.handle(task.payload)
-                if record.done:
-                    break
+            stream: Any = q.consume()  # type: ignore[attr-defined, unused-ignore]  # newer API
+            entered = hasattr(stream, "__aenter__")
+            async with stream if entered else contextlib.nullcontext(stream) as tasks:
+                async for task in tasks:
+                    record.handle(task.payload)
+                    if record.done:
+                        break
             return
         while not record.done:
             if how == "take":
@@ -531,7 +541,8 @@ def run_burst(row: str, url: str, sizes: Sizes, tmp: Path, lead: LeadPlanner) ->
     out: dict[str, Any] = {
         "tasks": n,
         "delivered": distinct,
-        "lost": n - distinct,
+        "lost": None if capped else n - distinct,  # stopped at the cap: not lost, not yet run
+        "pending_at_cap": n - distinct if capped else 0,
         "duplicated": len(seen) - distinct,
         "complete": distinct == n and not capped,
         "seconds": None if seconds is None else round(seconds, 3),
@@ -546,7 +557,7 @@ def run_burst(row: str, url: str, sizes: Sizes, tmp: Path, lead: LeadPlanner) ->
         out["error"] = record["error"]
     notes = []
     if capped:
-        notes.append(f"stopped at the cap, {sizes.cap_s:.0f} s after the due instant")
+        notes.append(f"stopped at the cap, {sizes.cap_s:g} s after the due instant")
     if enqueued_at > due_s:
         notes.append(f"enqueueing ended {enqueued_at - due_s:.2f} s after the due instant")
     if notes:
@@ -601,8 +612,9 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for field in good[0]:
         values = [r.get(field) for r in good]
-        if field in ("lost", "duplicated"):
-            merged[field] = max(v for v in values if v is not None)
+        if field in ("lost", "duplicated", "pending_at_cap"):
+            known = [v for v in values if v is not None]
+            merged[field] = max(known) if known else None
         elif field == "complete":
             merged[field] = all(values)
         elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
@@ -632,7 +644,10 @@ def verdicts(results: dict[str, Any]) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "ratio": ratio,
             "ratios": {y: round(rate / r, 3) if rate else None for y, r in rates.items()},
-            "bar_met": ratio is not None and ratio >= BAR_RATIO and median.get("lost") == 0,
+            "bar_met": ratio is not None
+            and ratio >= BAR_RATIO
+            and median.get("complete") is True
+            and median.get("lost") == 0,
         }
         idle = results.get("idle", {}).get(row)
         if idle and "commands_per_s" in idle:
@@ -667,7 +682,7 @@ def table(results: dict[str, Any]) -> list[str]:
         else:
             entry = v.get("rows", {}).get(row, {})
             ratio = _fmt(entry.get("ratio"), 2) + "×" if entry.get("ratio") else "-"
-            bar = "met" if entry.get("bar_met") else "**missed**"
+            bar = "-" if not entry else "met" if entry.get("bar_met") else "**missed**"
             if "idle_bar_met" in entry:
                 idle_cell += "" if entry["idle_bar_met"] else " **missed**"
         if "error" in median:
@@ -722,7 +737,7 @@ def markdown(results: dict[str, Any]) -> str:
     )
 
 
-def machine() -> dict[str, Any]:
+def machine(source_label: str | None = None) -> dict[str, Any]:
     import hiredis
 
     source = Path(delayq.__file__).resolve().parents[1]  # the src/ directory imported
@@ -736,6 +751,7 @@ def machine() -> dict[str, Any]:
         commit += " with uncommitted changes"
     return {
         "cpus": os.cpu_count(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],  # others on the box
         "platform": platform.platform(),
         "python": platform.python_version(),
         "redis": server_version(find_redis_server()),
@@ -743,7 +759,7 @@ def machine() -> dict[str, Any]:
         "hiredis": hiredis.__version__,
         "delayq": delayq.__version__,
         "delayq_source": str(source),
-        "commit": commit or f"(not a git tree: {source})",
+        "commit": source_label or commit or f"(not a git tree: {source})",
     }
 
 
@@ -757,6 +773,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", help=f"comma-separated subset of {','.join(ROWS)}")
     parser.add_argument(
         "--idle-window", type=float, help="seconds of the idle window (default 10; 0 skips it)"
+    )
+    parser.add_argument(
+        "--source-label",
+        help="what the imported delayq source is, when it is not a git tree (e.g. a commit)",
     )
     parser.add_argument("--out", type=Path, help="results directory (default bench/results)")
     parser.add_argument(
@@ -795,7 +815,7 @@ def main(argv: list[str] | None = None) -> int:
             ["python -m bench.consumer", *(sys.argv[1:] if argv is None else argv)]
         ),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": machine(),
+        "machine": machine(args.source_label),
         "sizes": asdict(sizes),
         "rows": rows,
         "skipped": skipped,
@@ -822,6 +842,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
         if sizes.idle_window_s > 0 and rows:
             results["idle"] = run_idle(rows, sizes, tmp)
+    results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results["medians"] = {row: median_of(runs[row]) for row in rows}
     results["runs"] = runs
     results["verdicts"] = verdicts(results)
