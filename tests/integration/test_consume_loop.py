@@ -390,6 +390,31 @@ def test_sharded_consume_fetches_ahead_and_hands_back_on_exit(
         assert (stats.counters["acked"], stats.inflight, stats.ready) == (60, 0, 30)
 
 
+def test_sharded_ack_many_across_shards_reports_each_lease(
+    redis_server: EmbeddedRedis, prefix: str
+) -> None:
+    """One ack_many over tasks of every shard (sent together, one round trip per node):
+    each status is its own task's, a lost lease among them included."""
+    with (
+        DelayQueue("acks", redis_server.url, prefix=prefix, shards=4, visibility_timeout=30) as q,
+        DelayQueue("acks", redis_server.url, prefix=prefix, shards=4) as other,
+    ):
+        q.offer_many([(i, 0) for i in range(40)])
+        tasks = []
+        while len(tasks) < 40:
+            tasks += q.poll_many(40, timeout=1)
+        assert len({t.queue.name for t in tasks if t.queue}) == 4, "not spread over the shards"
+        lost = tasks[7]
+        lost.nack()  # its lease is gone: the batch must report it, and only it
+        again = wait_until(lambda: other.poll(timeout=0.2), timeout=10)
+        assert again.id == lost.id
+        statuses = q.ack_many(tasks)
+        assert statuses == [i != 7 for i in range(40)]
+        again.ack()
+        stats = q.stats()
+        assert (stats.counters["acked"], stats.inflight, stats.ready) == (40, 0, 0)
+
+
 # -- consume() ------------------------------------------------------------------------------
 
 

@@ -118,6 +118,22 @@ class Task(Generic[PayloadT]):
         return self._queue().extend(self, seconds)
 
 
+def _acked(reply: Sequence[Any]) -> list[bool]:
+    """An ack script's reply: True where the task was acked, False where its lease was lost."""
+    return [int(status) != 0 for status in reply]
+
+
+def _settled(tasks: Sequence[Task], acked: list[bool]) -> list[bool]:
+    """Per task, whether its ack went through (``acked`` holds the leased ones', in order; a
+    task taken at-most-once has nothing to ack), marking those that did as settled."""
+    status = iter(acked)
+    results = [next(status) if t.lease_token is not None else True for t in tasks]
+    for task, ok in zip(tasks, results, strict=True):
+        if ok:
+            object.__setattr__(task, "_settled", True)
+    return results
+
+
 def _timer_left(until: float, wake_at: float) -> float:
     """Seconds to wait by the timer: a due time (``until == wake_at``) to TIMER_SLACK before
     it, the rest yielded away by backend.wait_out; the caller's own timeout in full."""
@@ -893,27 +909,25 @@ class DelayQueue(Generic[PayloadT]):
     def ack_many(self, tasks: Sequence[Task]) -> list[bool]:
         """Ack many tasks in one round trip; False where the lease was lost."""
         leased = [t for t in tasks if t.lease_token is not None]
-        if not leased:
-            return [True] * len(tasks)
         acked: list[bool] = []
+        for keys, args in self._ack_calls(leased):
+            if self._durability is not None and self._durability.after_ack:
+                (reply,) = self._write(Op.ACK, [args], args[1::2], keys=keys)
+            else:
+                reply = self._run(Op.ACK, args, keys=keys)
+            acked += _acked(reply)
+        return _settled(tasks, acked)
+
+    def _ack_calls(self, leased: Sequence[Task]) -> list[tuple[tuple[str, ...], list[Any]]]:
+        """The keys and arguments of the ack script calls for ``leased``, in batches."""
+        calls = []
         for start in range(0, len(leased), protocol.MAX_BATCH):
             args: list[Any] = [self._receipt_ms]
             for t in leased[start : start + protocol.MAX_BATCH]:
                 args += (t.id, t.lease_token)
             receipt = self._keys.receipt("ack", protocol.new_nonce())
-            ack_keys = (*self._key_list, receipt)
-            if self._durability is not None and self._durability.after_ack:
-                ids = args[1::2]
-                (reply,) = self._write(Op.ACK, [args], ids, keys=ack_keys)
-            else:
-                reply = self._run(Op.ACK, args, keys=ack_keys)
-            acked += (int(s) != 0 for s in reply)
-        status = iter(acked)
-        results = [next(status) if t.lease_token is not None else True for t in tasks]
-        for task, ok in zip(tasks, results, strict=True):
-            if ok:
-                object.__setattr__(task, "_settled", True)
-        return results
+            calls.append(((*self._key_list, receipt), args))
+        return calls
 
     def nack(self, task: Task, delay: Duration | None = None) -> None:
         """Give a task back: delivered again now, or after ``delay``. Counts as an attempt

@@ -31,9 +31,9 @@ from .._core.offers import (
 from .._core.protocol import OfferSpec
 from .._core.scripts import Op
 from .._core.timing import Duration, duration_ms
-from ..exceptions import ConfigError, InvalidTaskError
+from ..exceptions import ConfigError, InvalidTaskError, RedisUnavailable, ServerError
 from . import backend, runner
-from .queue import DelayQueue, Task
+from .queue import DelayQueue, Task, _acked, _settled
 
 
 class ShardedQueue(DelayQueue[PayloadT]):
@@ -95,6 +95,7 @@ class ShardedQueue(DelayQueue[PayloadT]):
         self._dedup = first._dedup
         self._safety_s = first._safety_s
         self._policy = first._policy
+        self._durability_after_ack = isinstance(durability, Durability) and durability.after_ack
         self._turn = 0
         self._registered = False
         self._closed = False
@@ -432,7 +433,35 @@ class ShardedQueue(DelayQueue[PayloadT]):
             part._hand_back_ahead()
 
     def ack_many(self, tasks: Sequence[Task]) -> list[bool]:
-        """Ack many tasks, one round trip per shard; False where the lease was lost."""
+        """Ack many tasks, in one round trip per Redis node whatever their shards; False where
+        the lease was lost."""
+        if self._durability_after_ack:  # each write waits for its replicas on its connection
+            return self._ack_per_shard(tasks)
+        leased = [t for t in tasks if t.lease_token is not None]
+        groups: dict[int, list[Task]] = {}
+        for task in leased:
+            groups.setdefault(id(self._part_of(task)), []).append(task)
+        calls, batches = [], []
+        for group in groups.values():
+            part = self._part_of(group[0])
+            for (keys, args), start in zip(
+                part._ack_calls(group), range(0, len(group), protocol.MAX_BATCH), strict=True
+            ):
+                calls.append((Op.ACK, keys, args))
+                batches.append(group[start : start + protocol.MAX_BATCH])
+        self._check_open()
+        try:
+            replies = self._runner.many(calls)
+        except (RedisUnavailable, ServerError) as exc:
+            raise type(exc)(f"queue {self.name!r}: {exc}") from exc
+        acked: dict[int, bool] = {}
+        for batch, reply in zip(batches, replies, strict=True):
+            if isinstance(reply, ServerError):
+                raise ServerError(f"queue {self.name!r}: {reply}")
+            acked.update(zip(map(id, batch), _acked(reply), strict=True))
+        return _settled(tasks, [acked[id(t)] for t in leased])
+
+    def _ack_per_shard(self, tasks: Sequence[Task]) -> list[bool]:
         results: list[bool] = [True] * len(tasks)
         groups: dict[int, list[int]] = {}
         for i, task in enumerate(tasks):
