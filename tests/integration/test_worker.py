@@ -693,7 +693,7 @@ def test_heartbeat_does_not_report_acked_tasks_as_lost(
     task_id = q.offer("job")
     wait_until(lambda: done(q) and q.stats().counters.get("acked") == 1, timeout=5)
     wait_until(lambda: h.health().succeeded == 1, timeout=5)
-    wait_until(lambda: not h.worker._held, timeout=5)  # the slowed ack reply has landed
+    wait_until(lambda: h.worker._ledger.held() == 0, timeout=5)  # the slowed ack reply has landed
     h.stop()
     assert q.stats().counters.get("lease_expired", 0) == 0
     lost = [r.getMessage() for r in caplog.records if task_id in r.getMessage()]

@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .._async.queue import AsyncDelayQueue, AsyncTask
@@ -21,7 +22,6 @@ from ..exceptions import DelayqError, LeaseLost
 from ..metrics._base import WorkerRecorder
 from .background import AsyncBackgroundWorker
 from .common import (
-    Delivery,
     Hooks,
     WorkerBase,
     WorkerOptions,
@@ -29,10 +29,16 @@ from .common import (
     internal_error_text,
     log_outcome,
 )
+from .ledger import Delivery
 
 log = logging.getLogger("delayq.worker")
 
 Handler = Callable[[AsyncTask], Awaitable[Any]]
+
+
+@dataclass(eq=False)
+class _Run(Delivery):
+    runner: asyncio.Task[Any] | None = None  # the runner task handling it
 
 
 class AsyncWorker(WorkerBase):
@@ -83,7 +89,8 @@ class AsyncWorker(WorkerBase):
             metrics,
         )  # fmt: skip
         self._ack_ready = asyncio.Event()
-        self._space = asyncio.Event()  # set when a handler finishes
+        self._waiting = [asyncio.Event() for _ in self._queues]  # tasks came to run
+        self._space = [asyncio.Event() for _ in self._queues]  # a fetch can refill
         self._stopping = asyncio.Event()
 
     _wants_coroutine = True
@@ -111,18 +118,17 @@ class AsyncWorker(WorkerBase):
         installed = self._install_signals(loop)
         self._state = "running"
         self._metrics.worker_started([q.name for q in self._queues])
-        buffers = [asyncio.Queue[AsyncTask]() for _ in self._queues]
         helpers = [
             self._start("ack", self._ack_loop),
             self._start("heartbeat", self._heartbeat_loop),
             self._start("health", self._health_loop),
         ]
         fetchers = [
-            self._start("fetch", functools.partial(self._fetch_loop, i, buffers[i]), i)
+            self._start("fetch", functools.partial(self._fetch_loop, i), i)
             for i in range(len(self._queues))
         ]
         runners = [
-            self._start("run", functools.partial(self._run_loop, i, buffers[i]), i)
+            self._start("run", functools.partial(self._run_loop, i), i)
             for i in range(len(self._queues))
             for _ in range(self._options.slots)
         ]
@@ -134,8 +140,9 @@ class AsyncWorker(WorkerBase):
             await self._stopping.wait()
         finally:
             self._state = "stopping"
+            self._ledger.closing = True  # acks go out at once from now on
             try:
-                await self._shutdown(fetchers, runners, buffers)
+                await self._shutdown(fetchers, runners)
             except Exception as exc:  # the rest of the shutdown must happen all the same
                 self._internal_error("shutdown", "", None, exc)
             for task in helpers:
@@ -180,21 +187,19 @@ class AsyncWorker(WorkerBase):
             else:
                 await asyncio.sleep(delay)
 
-    async def _fetch_loop(self, index: int, buffer: asyncio.Queue[AsyncTask]) -> None:
-        queue = self._queues[index]
+    async def _fetch_loop(self, index: int) -> None:
+        queue, ledger = self._queues[index], self._ledger
         backoff = 0.05
         while not self._stopping.is_set():
-            running = sum(1 for key in self._running if key[0] == index)
-            space = self._options.room(buffer.qsize() + running)
-            if space <= 0:
+            wanted = ledger.room(index)
+            if wanted == 0:
                 self._counters.last_fetch = time.monotonic()  # full, not stuck
                 self._metrics.heartbeat(queue.name)
-                await self._wait_for_space()
+                self._space[index].clear()
+                await _sleep_unless(self._space[index], 0.5)
                 continue
             try:
-                tasks = await queue.poll_many(
-                    space, timeout=min(self._policies[index].safety_interval, 0.5)
-                )
+                tasks = await queue.poll_many(wanted, timeout=self._poll_timeout[index])
                 backoff = 0.05
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die
                 self._counters.redis_errors += 1
@@ -204,26 +209,22 @@ class AsyncWorker(WorkerBase):
                 await _sleep_unless(self._stopping, backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
-            for task in tasks:  # held first: the heartbeat keeps these leases whatever follows
-                self._held[(index, task.id)] = task
-                buffer.put_nowait(task)
+            if tasks:  # held at once: the heartbeat keeps these leases
+                ledger.fetched(index, tasks)
+                self._waiting[index].set()
             self._counters.last_fetch = time.monotonic()
             self._metrics.heartbeat(queue.name)
             self._metrics.delivered(queue.name, tasks)
 
-    async def _wait_for_space(self) -> None:
-        self._space.clear()
-        await _sleep_unless(self._space, 0.5)
-
-    async def _run_loop(self, index: int, buffer: asyncio.Queue[AsyncTask]) -> None:
-        queue = self._queues[index]
+    async def _run_loop(self, index: int) -> None:
+        queue, ledger, waiting = self._queues[index], self._ledger, self._waiting[index]
+        make = functools.partial(_Run, runner=asyncio.current_task())
         while not self._stopping.is_set():
-            task = await buffer.get()
-            key = (index, task.id)
-            current = asyncio.current_task()
-            assert current is not None
-            self._running[key] = current
-            run = Delivery(index, task)
+            run = ledger.take(index, make)
+            if run is None:
+                waiting.clear()
+                await waiting.wait()
+                continue
             try:
                 self._metrics.handler_started(queue.name)
                 await self._process(queue, run)
@@ -231,8 +232,8 @@ class AsyncWorker(WorkerBase):
                 await self._recover(queue, run, "run", exc)
             finally:
                 self._metrics.handler_ended(queue.name)
-                self._running.pop(key, None)
-                self._space.set()
+                if ledger.ended(run):
+                    self._space[index].set()
 
     async def _process(self, queue: AsyncDelayQueue, run: Delivery) -> None:
         index, task, hooks, started = run.index, run.task, self._hooks, run.started
@@ -261,15 +262,14 @@ class AsyncWorker(WorkerBase):
         self._counters.progressed()
         if outcome.verdict is Verdict.ACK:
             self._counters.succeeded += 1
-            self._acking.add((index, task.id))
-            self._done[index].append(task)
             run.settled = True
-            self._ack_ready.set()
+            if self._ledger.done(run, time.monotonic()):
+                self._ack_ready.set()
             self._metrics.task_done(queue.name, task, "acked", duration)
             call_hook(log, hooks.on_success, task, result, duration)
             return
         self._counters.failed += 1
-        self._held.pop((index, task.id), None)
+        self._ledger.given_back(index, task)
         try:  # an error other than these is the worker's own: _recover retries the task
             if outcome.verdict is Verdict.REJECT:
                 await queue.reject(task, outcome.error)
@@ -304,7 +304,7 @@ class AsyncWorker(WorkerBase):
         if run.settled:
             return
         run.settled = True
-        self._held.pop((run.index, run.task.id), None)
+        self._ledger.given_back(run.index, run.task)
         try:
             await queue.retry(run.task, error=internal_error_text(exc))
         except LeaseLost:
@@ -316,38 +316,35 @@ class AsyncWorker(WorkerBase):
             )  # fmt: skip
 
     async def _ack_loop(self) -> None:
-        while True:
-            if not any(self._done):  # a restarted loop first acks what the dead one left
+        while True:  # a restarted loop first acks what the dead one left
+            wait_s = self._ledger.next_ack_in(time.monotonic())
+            if wait_s is None:
                 await self._ack_ready.wait()
+            elif wait_s > 0:
+                await _sleep_unless(self._ack_ready, wait_s)
             self._ack_ready.clear()
             await self._flush_acks()
 
     async def _flush_acks(self) -> None:
         for index, queue in enumerate(self._queues):
-            batch, self._done[index] = self._done[index], []
+            batch = self._ledger.acks_due(index, time.monotonic())
             if not batch:
                 continue
             try:
-                acked = await queue.ack_many(batch)
+                acked: list[bool | None] = list(await queue.ack_many(batch))
             except DelayqError as exc:  # leases stay held: the heartbeat keeps them alive
                 self._counters.redis_errors += 1
                 log.warning(
                     "delayq worker: ack of %d tasks failed (%s); retrying",
                     len(batch), printable(exc),
                 )  # fmt: skip
-                self._done[index] = batch + self._done[index]
+                self._ledger.ack_failed(index, batch)
                 await asyncio.sleep(0.5)
-                self._ack_ready.set()
                 continue
             except Exception:  # not Redis: one task's ack is broken; ack the others alone
                 acked = [await self._ack_alone(queue, task) for task in batch]
-            for task, ok in zip(batch, acked, strict=True):
-                self._held.pop((index, task.id), None)
-                self._acking.discard((index, task.id))
-                if ok is False:
-                    log.warning(
-                        "delayq worker: lease on %s lost before its ack", printable(task.id)
-                    )
+            for task in self._ledger.acked(index, batch, acked):
+                log.warning("delayq worker: lease on %s lost before its ack", printable(task.id))
 
     async def _last_acks(self) -> None:
         """Flush the acks during the shutdown, which goes on whatever fails here."""
@@ -368,22 +365,22 @@ class AsyncWorker(WorkerBase):
         """Keep every held lease (buffered or running) alive while this worker has it."""
         while True:
             await asyncio.sleep(self._options.heartbeat_s(self._queues))
-            for (index, task_id), task in list(self._held.items()):
-                if (index, task_id) in self._acking:
-                    continue  # done; its ack is on its way
+            for index, task in self._ledger.to_extend():
                 queue, lease_s = self._queues[index], self._policies[index].visibility_timeout
                 if lease_s is None:
                     continue  # at-most-once: no lease to keep
                 try:
                     await queue.extend(task, lease_s)
-                except LeaseLost:
-                    self._held.pop((index, task_id), None)
-                    log.warning("delayq worker: lease on %s expired while held", printable(task_id))
+                except LeaseLost:  # its ack may have landed since the list was taken
+                    if self._ledger.lease_lost(index, task):
+                        log.warning(
+                            "delayq worker: lease on %s expired while held", printable(task.id)
+                        )
                 except DelayqError as exc:
                     log.warning("delayq worker: heartbeat failed (%s)", printable(exc))
                 except Exception as exc:  # not Redis: let this lease run out, keep the others
-                    self._held.pop((index, task_id), None)
-                    self._internal_error("heartbeat", queue.name, task_id, exc)
+                    self._ledger.given_back(index, task)
+                    self._internal_error("heartbeat", queue.name, task.id, exc)
 
     async def _health_loop(self) -> None:
         while True:
@@ -393,18 +390,15 @@ class AsyncWorker(WorkerBase):
     # -- shutdown ---------------------------------------------------------------------------
 
     async def _shutdown(
-        self,
-        fetchers: list[asyncio.Task[None]],
-        runners: list[asyncio.Task[None]],
-        buffers: list[asyncio.Queue[AsyncTask]],
+        self, fetchers: list[asyncio.Task[None]], runners: list[asyncio.Task[None]]
     ) -> None:
         # Fetchers end on their own within one poll timeout: cancelling one inside poll_many
         # would drop tasks Redis already leased to it.
         await asyncio.gather(*fetchers, return_exceptions=True)
         # Fetched but not started: hand back at once, without counting an attempt.
-        for index, buffer in enumerate(buffers):
-            while not buffer.empty():
-                await self._release(index, buffer.get_nowait())
+        for index in range(len(self._queues)):
+            for task in self._ledger.unstarted(index):
+                await self._release(index, task)
         busy = [t for t in runners if self._is_busy(t)]
         idle = [t for t in runners if t not in busy]
         for task in idle:
@@ -418,16 +412,15 @@ class AsyncWorker(WorkerBase):
                 task.cancel()
         await asyncio.gather(*runners, return_exceptions=True)
         await self._last_acks()
-        # Still held: handlers cut off by the grace period. Hand them back now.
-        for (index, _), held in list(self._held.items()):
-            if held not in self._done[index]:
-                await self._release(index, held)
+        # Still held and not acked: handlers cut off by the grace period. Hand them back now.
+        for index, held in self._ledger.unsettled():
+            await self._release(index, held)
 
     def _is_busy(self, runner: asyncio.Task[None]) -> bool:
-        return runner in self._running.values()
+        return any(run.runner is runner for run in self._ledger.running())
 
     async def _release(self, index: int, task: AsyncTask) -> None:
-        self._held.pop((index, task.id), None)
+        self._ledger.given_back(index, task)
         # Whatever fails here, the shutdown goes on: the task comes back after its lease.
         with contextlib.suppress(Exception):
             await self._queues[index].release(task)

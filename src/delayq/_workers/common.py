@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._core.handling import Counters, Outcome, Verdict, WorkerHealth, describe
-from .._core.protocol import MAX_BATCH
 from .._core.text import printable, utf8_safe
 from ..exceptions import ConfigError, WorkerFailed
 from ..metrics._base import NOOP, WorkerRecorder
+from .ledger import Ledger, Pace
 
 log = logging.getLogger("delayq.worker")
 
@@ -46,10 +46,6 @@ class WorkerOptions:
     timeout: float | None
     grace: float
     health_file: str | None
-
-    def room(self, held: int) -> int:
-        """How many tasks one fetch may ask for while ``held`` wait or run for its queue."""
-        return min(self.slots + self.prefetch - held, MAX_BATCH)
 
     @classmethod
     def build(
@@ -169,16 +165,6 @@ def health_of(
         loop_restarts=counters.loop_restarts,
         reason=reason,
     )
-
-
-@dataclass(eq=False)
-class Delivery:
-    """One task in a worker's hands, from its handler's start until its verdict is recorded."""
-
-    index: int  # of its queue in the worker's list
-    task: Any
-    started: float = field(default_factory=time.monotonic)
-    settled: bool = False  # the verdict went to Redis: an internal error must not retry it
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,7 +290,7 @@ class WorkerBase:
     """State and health reporting shared by :class:`Worker` and :class:`AsyncWorker`."""
 
     _queues: list[Any]
-    _running: dict[tuple[int, str], Any]
+    _ledger: Ledger[Any]
     _wants_coroutine: bool  # AsyncWorker: handlers are async def
 
     def _setup(
@@ -329,10 +315,7 @@ class WorkerBase:
         self._hooks = hooks or Hooks()
         self._counters = Counters()
         self._state = "starting"
-        self._held: dict[tuple[int, str], Any] = {}  # leased: buffered or running
-        self._running = {}
-        self._done: list[list[Any]] = [[] for _ in queues]
-        self._acking: set[tuple[int, str]] = set()  # done, ack on its way: no heartbeat
+        self._ledger = Ledger(len(queues), Pace.of(options.slots, options.prefetch))
         self._signals = 0
         self._supervisor = LoopSupervisor(self._counters)
         self._health_error: str | None = None
@@ -341,7 +324,7 @@ class WorkerBase:
         """Whether the worker is alive (running, every loop kept going, fetching recently; if
         not, ``reason`` says why) and when it last made progress."""
         return health_of(
-            self._state, self._counters, len(self._running), self._queues,
+            self._state, self._counters, self._ledger.busy(), self._queues,
             self._supervisor.failure,
         )  # fmt: skip
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
-import queue as queue_lib
 import signal
 import threading
 import time
@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._core.handling import Verdict, outcome_of
+from .._core.handling import Reject, Verdict, outcome_of
 from .._core.models import Backoff
 from .._core.text import printable
 from .._sync.queue import DelayQueue, Task
@@ -21,7 +21,6 @@ from ..exceptions import DelayqError, LeaseLost
 from ..metrics._base import WorkerRecorder
 from .background import BackgroundWorker
 from .common import (
-    Delivery,
     Hooks,
     WorkerBase,
     WorkerOptions,
@@ -29,6 +28,7 @@ from .common import (
     internal_error_text,
     log_outcome,
 )
+from .ledger import Delivery
 
 log = logging.getLogger("delayq.worker")
 
@@ -89,12 +89,12 @@ class Worker(WorkerBase):
             (visibility_timeout, max_attempts, retry_backoff),
             metrics,
         )  # fmt: skip
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the ledger and the runs' flags
+        self._waiting = [threading.Condition(self._lock) for _ in self._queues]  # tasks came
+        self._space = [threading.Event() for _ in self._queues]  # a fetch can refill
         self._ack_ready = threading.Event()
-        self._space = threading.Event()
         self._stopping = threading.Event()
         self._finished = threading.Event()  # ends the helper threads, after the shutdown
-        self._buffers = [queue_lib.Queue[Task]() for _ in self._queues]
 
     _wants_coroutine = False
 
@@ -141,6 +141,8 @@ class Worker(WorkerBase):
                 pass
         finally:
             self._state = "stopping"
+            with self._lock:
+                self._ledger.closing = True  # acks go out at once from now on
             try:
                 self._shutdown(fetchers)
             except Exception as exc:  # the rest of the shutdown must happen all the same
@@ -192,22 +194,22 @@ class Worker(WorkerBase):
                 return
 
     def _fetch_loop(self, index: int) -> None:
-        queue, buffer = self._queues[index], self._buffers[index]
+        queue, ledger, space = self._queues[index], self._ledger, self._space[index]
         backoff = 0.05
         while not self._stopping.is_set():
             with self._lock:
-                busy = sum(1 for key in self._running if key[0] == index)
-            space = self._options.room(buffer.qsize() + busy)
-            if space <= 0:
+                wanted = ledger.room(index)
+            if wanted == 0:
                 self._counters.last_fetch = time.monotonic()  # full, not stuck
                 self._metrics.heartbeat(queue.name)
-                self._space.clear()
-                self._space.wait(0.5)
-                continue
+                space.clear()
+                with self._lock:  # a handler that ended before the clear set it in vain
+                    wanted = ledger.room(index)
+                if wanted == 0:
+                    space.wait(0.5)
+                    continue
             try:
-                tasks = queue.poll_many(
-                    space, timeout=min(self._policies[index].safety_interval, 0.5)
-                )
+                tasks = queue.poll_many(wanted, timeout=self._poll_timeout[index])
                 backoff = 0.05
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die
                 self._counters.redis_errors += 1
@@ -217,25 +219,22 @@ class Worker(WorkerBase):
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
-            with self._lock:  # held first: the heartbeat keeps these leases whatever follows
-                for task in tasks:
-                    self._held[(index, task.id)] = task
-            for task in tasks:
-                buffer.put(task)
+            if tasks:
+                with self._lock:  # held at once: the heartbeat keeps these leases
+                    ledger.fetched(index, tasks)
+                    self._waiting[index].notify(len(tasks))
             self._counters.last_fetch = time.monotonic()
             self._metrics.heartbeat(queue.name)
             self._metrics.delivered(queue.name, tasks)
 
     def _run_loop(self, index: int) -> None:
-        queue, buffer = self._queues[index], self._buffers[index]
+        queue, ledger, waiting = self._queues[index], self._ledger, self._waiting[index]
         while not self._stopping.is_set():
-            try:
-                task = buffer.get(timeout=0.2)
-            except queue_lib.Empty:
-                continue
-            run = _Run(index, task)
             with self._lock:
-                self._running[(index, task.id)] = run
+                run = ledger.take(index, _Run)
+                if run is None:
+                    waiting.wait(0.2)
+                    continue
             try:
                 self._metrics.handler_started(queue.name)
                 self._process(queue, run)
@@ -244,9 +243,9 @@ class Worker(WorkerBase):
             finally:
                 self._metrics.handler_ended(queue.name)
                 with self._lock:
-                    if self._running.get((index, task.id)) is run:
-                        del self._running[(index, task.id)]
-                self._space.set()
+                    refill = ledger.ended(run)
+                if refill and not self._space[index].is_set():
+                    self._space[index].set()
             if run.abandoned:
                 return  # a replacement thread holds this slot now
 
@@ -259,6 +258,9 @@ class Worker(WorkerBase):
             result = self._handler(task)
         except BaseException as exc:  # the worker never dies from a task (not even sys.exit)
             error = exc
+        else:
+            if inspect.isawaitable(result):
+                error, result = _refuse_awaitable(self._handler, result), None
         with self._lock:  # exactly one of "finished" and "abandoned" wins
             run.finished = not run.abandoned
         if not run.finished:
@@ -286,16 +288,16 @@ class Worker(WorkerBase):
         if outcome.verdict is Verdict.ACK:
             self._counters.succeeded += 1
             with self._lock:
-                self._acking.add((index, task.id))
-                self._done[index].append(task)
                 run.settled = True
-            self._ack_ready.set()
+                due = self._ledger.done(run, time.monotonic())
+            if due and not self._ack_ready.is_set():
+                self._ack_ready.set()
             self._metrics.task_done(queue.name, task, "acked", duration)
             call_hook(log, hooks.on_success, task, result, duration)
             return
         self._counters.failed += 1
         with self._lock:
-            self._held.pop((index, task.id), None)
+            self._ledger.given_back(index, task)
         try:  # an error other than these is the worker's own: _recover retries the task
             if outcome.verdict is Verdict.REJECT:
                 queue.reject(task, outcome.error)
@@ -329,7 +331,7 @@ class Worker(WorkerBase):
             if run.settled:
                 return
             run.settled = True
-            self._held.pop((run.index, run.task.id), None)
+            self._ledger.given_back(run.index, run.task)
         try:
             queue.retry(run.task, error=internal_error_text(exc))
         except LeaseLost:
@@ -342,18 +344,21 @@ class Worker(WorkerBase):
 
     def _ack_loop(self) -> None:
         while not self._finished.is_set():
-            self._ack_ready.wait(0.5)
+            with self._lock:
+                wait_s = self._ledger.next_ack_in(time.monotonic())
+            if wait_s is None or wait_s > 0:
+                self._ack_ready.wait(0.5 if wait_s is None else wait_s)
             self._ack_ready.clear()
             self._flush_acks()
 
     def _flush_acks(self) -> None:
         for index, queue in enumerate(self._queues):
             with self._lock:
-                batch, self._done[index] = self._done[index], []
+                batch = self._ledger.acks_due(index, time.monotonic())
             if not batch:
                 continue
             try:
-                acked = queue.ack_many(batch)
+                acked: list[bool | None] = list(queue.ack_many(batch))
             except DelayqError as exc:  # leases stay held: the heartbeat keeps them alive
                 self._counters.redis_errors += 1
                 log.warning(
@@ -361,20 +366,15 @@ class Worker(WorkerBase):
                     len(batch), printable(exc),
                 )  # fmt: skip
                 with self._lock:
-                    self._done[index] = batch + self._done[index]
-                self._stopping.wait(0.5)
+                    self._ledger.ack_failed(index, batch)
+                self._finished.wait(0.5)
                 continue
             except Exception:  # not Redis: one task's ack is broken; ack the others alone
                 acked = [self._ack_alone(queue, task) for task in batch]
             with self._lock:
-                for task in batch:
-                    self._held.pop((index, task.id), None)
-                    self._acking.discard((index, task.id))
-            for task, ok in zip(batch, acked, strict=True):
-                if ok is False:
-                    log.warning(
-                        "delayq worker: lease on %s lost before its ack", printable(task.id)
-                    )
+                lost = self._ledger.acked(index, batch, acked)
+            for task in lost:
+                log.warning("delayq worker: lease on %s lost before its ack", printable(task.id))
 
     def _last_acks(self) -> None:
         """Flush the acks during the shutdown, which goes on whatever fails here."""
@@ -414,12 +414,12 @@ class Worker(WorkerBase):
         with self._lock:
             overdue = [
                 r
-                for r in self._running.values()
+                for r in self._ledger.running()
                 if not r.abandoned and not r.finished and now - r.started > timeout
             ]
             for run in overdue:
                 run.abandoned = True
-                del self._running[(run.index, run.task.id)]
+                self._ledger.ended(run)
         for run in overdue:
             queue = self._queues[run.index]
             with self._lock:  # shutdown must not wait for a thread it gave up on
@@ -437,23 +437,24 @@ class Worker(WorkerBase):
 
     def _extend_held(self) -> None:
         with self._lock:
-            held = [(key, task) for key, task in self._held.items() if key not in self._acking]
-        for (index, task_id), task in held:
+            held = self._ledger.to_extend()
+        for index, task in held:
             queue, lease_s = self._queues[index], self._policies[index].visibility_timeout
             if lease_s is None:
                 continue  # at-most-once: no lease to keep
             try:
                 queue.extend(task, lease_s)
             except LeaseLost:
-                with self._lock:
-                    self._held.pop((index, task_id), None)
-                log.warning("delayq worker: lease on %s expired while held", printable(task_id))
+                with self._lock:  # its ack may have landed since the list was taken
+                    news = self._ledger.lease_lost(index, task)
+                if news:
+                    log.warning("delayq worker: lease on %s expired while held", printable(task.id))
             except DelayqError as exc:
                 log.warning("delayq worker: heartbeat failed (%s)", printable(exc))
             except Exception as exc:  # not Redis: let this lease run out, keep the others
                 with self._lock:
-                    self._held.pop((index, task_id), None)
-                self._internal_error("heartbeat", queue.name, task_id, exc)
+                    self._ledger.given_back(index, task)
+                self._internal_error("heartbeat", queue.name, task.id, exc)
 
     # -- shutdown ---------------------------------------------------------------------------
 
@@ -461,19 +462,14 @@ class Worker(WorkerBase):
         for thread in fetchers:
             thread.join(5)
         # Fetched but not started: hand back at once, without counting an attempt.
-        for index, buffer in enumerate(self._buffers):
-            while True:
-                try:
-                    self._release(index, buffer.get_nowait())
-                except queue_lib.Empty:
-                    break
+        for index in range(len(self._queues)):
+            with self._lock:
+                unstarted = self._ledger.unstarted(index)
+            for task in unstarted:
+                self._release(index, task)
         deadline = time.monotonic() + self._options.grace
-        if self._running:
-            log.info(
-                "delayq worker: waiting up to %ss for %d handlers",
-                self._options.grace,
-                len(self._running),
-            )
+        if busy := self._ledger.busy():
+            log.info("delayq worker: waiting up to %ss for %d handlers", self._options.grace, busy)
         with self._lock:
             runners = list(self._runners)
         for thread in runners:
@@ -481,16 +477,16 @@ class Worker(WorkerBase):
         self._last_acks()
         # Handlers cut off by the grace period: their tasks go back now, not after the lease.
         with self._lock:
-            cut_off = [run for run in self._running.values() if not run.finished]
-            for run in cut_off:
-                run.abandoned = True
-            self._running.clear()
+            cut_off = [run for run in self._ledger.running() if not run.finished]
+            for run in self._ledger.running():
+                run.abandoned = run.abandoned or not run.finished
+                self._ledger.ended(run)
         for run in cut_off:
             self._release(run.index, run.task)
 
     def _release(self, index: int, task: Task) -> None:
         with self._lock:
-            self._held.pop((index, task.id), None)
+            self._ledger.given_back(index, task)
         try:
             self._queues[index].release(task)
         except Exception as exc:  # whatever it is, the shutdown goes on
@@ -514,3 +510,19 @@ class Worker(WorkerBase):
             os._exit(128 + sig)
         log.info("delayq worker: %s received, shutting down", signal.Signals(sig).name)
         self.stop()
+
+
+def _refuse_awaitable(handler: Any, result: Any) -> Reject:
+    """A plain function that returned an awaitable (e.g. a sync wrapper of an async def, which
+    construction cannot tell apart): nothing awaits it in a thread, so the work did not happen.
+    Acking would lose it and retrying would repeat this: dead-letter it at once, and say why."""
+    close = getattr(result, "close", None)
+    if callable(close):  # a coroutine: closed, it does not warn "never awaited" later
+        with contextlib.suppress(Exception):
+            close()
+    name = printable(getattr(handler, "__qualname__", type(handler).__qualname__))
+    return Reject(
+        f"the handler {name} returned {type(result).__qualname__}, an awaitable that Worker "
+        "(threads) cannot run, so the task was not handled: run this handler with AsyncWorker, "
+        "or make it return its result"
+    )

@@ -1,0 +1,231 @@
+"""The bookkeeping both workers share, written once: which leases a worker holds and in which
+state, and what to do next (fetch how many, ack which, extend which, hand back which).
+
+Sans-I/O: the workers make the Redis calls and do the waiting (threads and one lock, or
+asyncio), tell the ledger what happened, and ask it what to do. A lease moves through
+
+    fetched -> waiting (the prefetch buffer) -> running -> done (ack pending, then on its way)
+                                                        -> given back (retried, rejected...)
+
+and leaves the ledger when its ack is answered or it is given back. The heartbeat extends
+every lease held and not done: a done task's ack speaks for its lease.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from .._core.protocol import MAX_BATCH
+
+Key = tuple[int, str]  # (index of the queue in the worker's list, task id)
+
+
+@dataclass(eq=False)
+class Delivery:
+    """One task in a worker's hands, from its handler's start until its verdict is recorded."""
+
+    index: int  # of its queue in the worker's list
+    task: Any
+    started: float = field(default_factory=time.monotonic)
+    settled: bool = False  # the verdict went to Redis: an internal error must not retry it
+
+
+D = TypeVar("D", bound=Delivery)
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """How a worker batches its round trips: the fewer tasks per fetch or ack, the more Redis
+    commands (and thread hand-offs) each task costs."""
+
+    capacity: int  # tasks held per queue, waiting or running: handler slots + prefetch
+    refill: int  # with tasks still waiting, fetch only once this many fit
+    ack_batch: int  # acks sent as soon as this many are pending...
+    ack_delay_s: float  # ...or the oldest waited this long, or no handler of its queue runs
+
+    @classmethod
+    def of(cls, slots: int, prefetch: int) -> Pace:
+        capacity = slots + prefetch
+        # Half the prefetch: the buffer still feeds the handlers during the round trip that
+        # refills it, and a burst costs one fetch per >= prefetch/2 tasks, not one per task.
+        refill = max(1, min(prefetch // 2, MAX_BATCH))
+        return cls(capacity, refill, min(max(slots, 16), MAX_BATCH), 0.02)
+
+
+class Ledger(Generic[D]):
+    """The state of every lease a worker holds, per queue (see the module's docstring).
+
+    Not thread-safe: the thread worker calls it under one lock. ``now`` is monotonic seconds.
+    """
+
+    def __init__(self, queues: int, pace: Pace) -> None:
+        self.pace = pace
+        self.closing = False  # shutting down: every pending ack is due at once
+        self._held: dict[Key, Any] = {}  # leased to this worker: waiting, running or done
+        self._waiting: list[deque[Any]] = [deque() for _ in range(queues)]
+        self._running: list[dict[D, None]] = [{} for _ in range(queues)]  # an ordered set
+        self._acks: list[list[Any]] = [[] for _ in range(queues)]  # done, ack not sent
+        self._acks_since: list[float] = [0.0] * queues  # when the oldest pending ack came
+        self._settling: dict[Key, Any] = {}  # done: its ack is pending or on its way
+
+    # -- fetching ---------------------------------------------------------------------------
+
+    def room(self, index: int) -> int:
+        """How many tasks to fetch for queue ``index`` now; 0: wait until a handler ends.
+        With the buffer empty, any room is used at once (a handler may be idle); with tasks
+        still waiting, only a batch of at least ``pace.refill``."""
+        waiting = len(self._waiting[index])
+        free = self.pace.capacity - waiting - len(self._running[index])
+        if free <= 0 or (waiting and free < self.pace.refill):
+            return 0
+        return min(free, MAX_BATCH)
+
+    def fetched(self, index: int, tasks: Iterable[Any]) -> None:
+        """Redis leased ``tasks`` to this worker: held (kept alive) from now, waiting to run."""
+        waiting = self._waiting[index]
+        for task in tasks:
+            self._held[(index, task.id)] = task
+            waiting.append(task)
+
+    def waiting(self, index: int) -> int:
+        return len(self._waiting[index])
+
+    def held(self) -> int:
+        """Leases this worker holds (waiting, running or done and not yet acked)."""
+        return len(self._held)
+
+    # -- running ----------------------------------------------------------------------------
+
+    def take(self, index: int, make: Callable[[int, Any], D]) -> D | None:
+        """The next waiting task of queue ``index``, as a running delivery made by ``make``;
+        None if none waits."""
+        waiting = self._waiting[index]
+        if not waiting:
+            return None
+        delivery = make(index, waiting.popleft())
+        self._running[index][delivery] = None
+        return delivery
+
+    def ended(self, delivery: D) -> bool:
+        """``delivery``'s handler slot is free (it finished, or was abandoned). True if its
+        queue's fetch can now refill: tell the fetcher."""
+        if self._running[delivery.index].pop(delivery, self) is self:
+            return False  # ended already (an abandoned handler returning late)
+        return self.room(delivery.index) > 0
+
+    def running(self) -> list[D]:
+        return [d for running in self._running for d in running]
+
+    def busy(self) -> int:
+        return sum(len(running) for running in self._running)
+
+    # -- settling ---------------------------------------------------------------------------
+
+    def done(self, delivery: D, now: float) -> bool:
+        """``delivery``'s handler succeeded: its ack is pending. True if the acks of its queue
+        are due now: wake the ack loop."""
+        index, task = delivery.index, delivery.task
+        self._settling[(index, task.id)] = task
+        acks = self._acks[index]
+        if not acks:
+            self._acks_since[index] = now
+        acks.append(task)
+        others = len(self._running[index]) - (delivery in self._running[index])
+        return self._acks_due(index, now, others)
+
+    def given_back(self, index: int, task: Any) -> None:
+        """``task`` is retried, rejected, released or let go: no longer this worker's lease."""
+        key = (index, task.id)
+        if self._held.get(key) is task:
+            del self._held[key]
+
+    def unstarted(self, index: int) -> list[Any]:
+        """Empty queue ``index``'s buffer: the tasks fetched and never started (to hand
+        back, after which :meth:`given_back`)."""
+        waiting = self._waiting[index]
+        tasks = list(waiting)
+        waiting.clear()
+        return tasks
+
+    def unsettled(self) -> list[tuple[int, Any]]:
+        """Leases held that no ack speaks for: at the end of a shutdown, to hand back."""
+        return [(i, t) for (i, task_id), t in self._held.items() if not self._is_settling(i, t)]
+
+    # -- acking -----------------------------------------------------------------------------
+
+    def acks_due(self, index: int, now: float) -> list[Any]:
+        """The acks of queue ``index`` to send now (they are then on their way), or none."""
+        if not self._acks_due(index, now, len(self._running[index])):
+            return []
+        batch, self._acks[index] = self._acks[index], []
+        return batch
+
+    def next_ack_in(self, now: float) -> float | None:
+        """Seconds until some pending ack falls due (0: now); None if none is pending."""
+        soonest = None
+        for index, acks in enumerate(self._acks):
+            if not acks:
+                continue
+            if self._acks_due(index, now, len(self._running[index])):
+                return 0.0
+            left = self._acks_since[index] + self.pace.ack_delay_s - now
+            soonest = left if soonest is None else min(soonest, left)
+        return soonest
+
+    def acked(self, index: int, batch: Sequence[Any], results: Sequence[bool | None]) -> list[Any]:
+        """Redis answered the acks of ``batch`` (None: this one's ack itself failed, and its
+        lease runs out); the tasks whose lease was lost before their ack, to report."""
+        lost = []
+        for task, ok in zip(batch, results, strict=True):
+            key = (index, task.id)
+            if self._held.get(key) is task:
+                del self._held[key]
+            if self._settling.get(key) is task:
+                del self._settling[key]
+            if ok is False:
+                lost.append(task)
+        return lost
+
+    def ack_failed(self, index: int, batch: Sequence[Any]) -> None:
+        """The acks of ``batch`` did not reach Redis: pending again, due at once (the worker
+        paces its retries), ahead of the acks that came since."""
+        self._acks[index][:0] = batch
+        self._acks_since[index] = float("-inf")
+
+    def _acks_due(self, index: int, now: float, running: int) -> bool:
+        acks = self._acks[index]
+        return bool(acks) and (
+            self.closing
+            or running == 0  # nothing more comes soon: no reason to wait
+            or len(acks) >= self.pace.ack_batch
+            or now - self._acks_since[index] >= self.pace.ack_delay_s
+        )
+
+    # -- heartbeat --------------------------------------------------------------------------
+
+    def to_extend(self) -> list[tuple[int, Any]]:
+        """The leases to extend now: every one held, waiting or running, and not done."""
+        return [(i, t) for (i, _), t in self._held.items() if not self._is_settling(i, t)]
+
+    def lease_lost(self, index: int, task: Any) -> bool:
+        """The heartbeat found ``task``'s lease gone. True if that is news to report: the task
+        was still held and no ack spoke for it (one may have landed since the heartbeat took
+        its list; then its ack, not the heartbeat, says how it went). The task is dropped, and
+        if it still waited, not run: another consumer may have it by now."""
+        key = (index, task.id)
+        if self._held.get(key) is not task or self._is_settling(index, task):
+            return False
+        del self._held[key]
+        waiting = self._waiting[index]
+        for position, waiting_task in enumerate(waiting):
+            if waiting_task is task:
+                del waiting[position]
+                break
+        return True
+
+    def _is_settling(self, index: int, task: Any) -> bool:
+        return self._settling.get((index, task.id)) is task
