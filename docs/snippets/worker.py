@@ -25,8 +25,10 @@ queue.offer({"order_id": 1}, delay=0.2)
 queue.offer({"order_id": 2, "flaky": True}, delay=0.2)
 queue.offer({"order_id": 3, "fraud": True}, delay=0.1)
 
-worker = Worker(queue, close_order, concurrency=4, timeout=60)
-worker.run()  # blocks; SIGTERM or Ctrl-C shuts it down gracefully
+# handle_signals=True: this script owns its process, so SIGTERM or Ctrl-C stop the worker
+# gracefully (a worker inside a web app leaves the signals to the app: start_background()).
+worker = Worker(queue, close_order, concurrency=4, timeout=60, handle_signals=True)
+worker.run()  # blocks until stop()
 
 (dead,) = queue.dead()
 print("closed", sorted(closed), "| dead-lettered:", dead.payload, dead.error)
