@@ -41,9 +41,12 @@ DELAYQ = {
     "WORKER": {"concurrency": 4, "grace": 5},
 }
 
+# As a project usually has it: one handler, on the root logger (the delayq_worker command then
+# leaves logging as it is; it sets it up only when nothing did).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"delayq": {"handlers": ["console"], "level": "INFO"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
 }
