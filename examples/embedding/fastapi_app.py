@@ -46,6 +46,7 @@ orders: dict[int, dict[str, Any]] = {}
 order_ids = itertools.count(1)
 
 
+# --8<-- [start:worker]
 async def close_unpaid_order(task: AsyncTask) -> None:
     """Close the order if it is still unpaid. Idempotent: a redelivery finds it closed."""
     await asyncio.sleep(CLOSE_WORK_S)
@@ -59,6 +60,7 @@ async def close_unpaid_order(task: AsyncTask) -> None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     async with AsyncDelayQueue("close-unpaid-order", REDIS_URL, prefix=PREFIX) as queue:
         app.state.queue = queue
+        # No handle_signals=True: uvicorn owns SIGTERM/SIGINT and ends this lifespan on them.
         worker = AsyncWorker(queue, close_unpaid_order, concurrency=4, grace=WORKER_GRACE_S)
         async with worker.start_background():
             yield
@@ -67,6 +69,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 app = FastAPI(title="orders", lifespan=lifespan)
+# --8<-- [end:worker]
 
 
 @app.post("/orders", status_code=201)

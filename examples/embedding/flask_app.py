@@ -49,6 +49,7 @@ orders_lock = threading.Lock()  # requests and handlers run in different threads
 order_ids = itertools.count(1)
 
 
+# --8<-- [start:worker]
 def close_unpaid_order(task: Task) -> None:
     """Close the order if it is still unpaid. Idempotent: a redelivery finds it closed."""
     time.sleep(CLOSE_WORK_S)
@@ -74,10 +75,12 @@ def create_app() -> Flask:
     # gunicorn configures only its own loggers: delayq's lines and ours go to stderr too.
     logging.basicConfig(level=logging.INFO, format="[%(process)d] %(name)s: %(message)s")
     queue = DelayQueue("close-unpaid-order", REDIS_URL, prefix=PREFIX)
+    # No handle_signals=True: gunicorn owns SIGTERM/SIGINT; its worker exits, and atexit runs.
     worker = Worker(queue, close_unpaid_order, concurrency=4, grace=WORKER_GRACE_S)
     atexit.register(stop_worker, worker.start_background(), queue)
 
     app = Flask(__name__)
+    # --8<-- [end:worker]
 
     @app.post("/orders")
     def place_order() -> Any:
