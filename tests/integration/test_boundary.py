@@ -177,10 +177,11 @@ def test_building_and_running_a_worker_with_its_own_options_leaves_the_queue(
     assert_queue_policy(q)  # after it stopped
 
 
+@SHARDS
 async def test_building_and_running_an_async_worker_with_its_own_options_leaves_the_queue(
-    make_async_queue: Callable[..., AsyncDelayQueue],
+    make_async_queue: Callable[..., AsyncDelayQueue], shards: int | None
 ) -> None:
-    q = make_async_queue()
+    q = make_async_queue(shards=shards)
     policy = q.policy
     busy, release = asyncio.Event(), asyncio.Event()
 
@@ -219,10 +220,11 @@ def test_a_constructor_that_raises_leaves_the_queues(
     assert_queue_policy(q)
 
 
+@SHARDS
 async def test_an_async_constructor_that_raises_leaves_the_queues(
-    make_async_queue: Callable[..., AsyncDelayQueue],
+    make_async_queue: Callable[..., AsyncDelayQueue], shards: int | None
 ) -> None:
-    q = make_async_queue()
+    q = make_async_queue(shards=shards)
     at_most_once = make_async_queue("amo", ack=False)
     policy = q.policy
     with pytest.raises(ConfigError, match="at-most-once"):
@@ -277,10 +279,11 @@ def test_two_workers_on_one_queue_object_each_apply_their_own_options(
     assert_queue_policy(q)
 
 
+@SHARDS
 async def test_two_async_workers_on_one_queue_object_each_apply_their_own_options(
-    make_async_queue: Callable[..., AsyncDelayQueue],
+    make_async_queue: Callable[..., AsyncDelayQueue], shards: int | None
 ) -> None:
-    q = make_async_queue()
+    q = make_async_queue(shards=shards)
     both_started = asyncio.Barrier(2)
     leases: dict[str, float] = {}
 
@@ -321,16 +324,7 @@ async def test_two_async_workers_on_one_queue_object_each_apply_their_own_option
     "shards",
     [
         None,
-        pytest.param(
-            4,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="bug: a sharded queue's with_policy() view reports the base's policy "
-                "(src/delayq/_sync/sharded.py, _async/sharded.py), and workers time their "
-                "heartbeats by it: with visibility_timeout=2 on a sharded queue (base: 30 s) "
-                "the first heartbeat comes after 10 s, so a handler running 3 s loses its lease",
-            ),
-        ),
+        4,
     ],
     ids=["plain", "sharded"],
 )
@@ -373,10 +367,11 @@ def test_with_policy_on_an_at_most_once_queue_refuses_a_lease(
     assert q.stats().inflight == 0
 
 
+@SHARDS
 async def test_async_with_policy_on_an_at_most_once_queue_refuses_a_lease(
-    make_async_queue: Callable[..., AsyncDelayQueue],
+    make_async_queue: Callable[..., AsyncDelayQueue], shards: int | None
 ) -> None:
-    q = make_async_queue(ack=False)
+    q = make_async_queue(ack=False, shards=shards)
     with pytest.raises(ConfigError, match="at-most-once"):
         q.with_policy(visibility_timeout=5)
     with pytest.raises(ConfigError, match="at-most-once"):
@@ -387,14 +382,7 @@ async def test_async_with_policy_on_an_at_most_once_queue_refuses_a_lease(
     "shards",
     [
         None,
-        pytest.param(
-            4,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="bug: a closed with_policy() view of a sharded queue still offers "
-                "(ShardedQueue.offer checks only its shards, which the view leaves open)",
-            ),
-        ),
+        4,
     ],
     ids=["plain", "sharded"],
 )
@@ -427,12 +415,6 @@ def test_closing_the_base_closes_its_views(
         view.poll()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: closing a queue closes its with_policy() views but does not hand back the "
-    "tasks a view's ack fetched ahead: they stay inflight until the view's lease runs out "
-    "(closing the view first hands them back) (src/delayq/_async/queue.py, sharded.py)",
-)
 @SHARDS
 def test_closing_the_base_hands_back_what_its_views_fetched_ahead(
     make_queue: Callable[..., DelayQueue], shards: int | None
@@ -484,10 +466,11 @@ def test_listen_runs_a_thread_worker_with_its_own_options(
         listen(object(), noop)
 
 
+@SHARDS
 async def test_listen_runs_an_async_worker_with_its_own_options(
-    make_async_queue: Callable[..., AsyncDelayQueue],
+    make_async_queue: Callable[..., AsyncDelayQueue], shards: int | None
 ) -> None:
-    q = make_async_queue()
+    q = make_async_queue(shards=shards)
     seen = asyncio.Event()
 
     async def handle(task: AsyncTask) -> None:

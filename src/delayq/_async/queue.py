@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import logging
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -308,6 +309,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         self._closed = False
         self._base: AsyncDelayQueue[PayloadT] | None = None  # set on a view (with_policy)
         self._ahead = _Ahead()
+        self._views: weakref.WeakSet[AsyncDelayQueue[PayloadT]] = weakref.WeakSet()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -350,12 +352,16 @@ class AsyncDelayQueue(Generic[PayloadT]):
         view._quiet = None
         view._closed = False
         view._ahead = _Ahead()
+        view._views = weakref.WeakSet()
+        (self._base or self)._views.add(view)
         return view
 
     async def close(self) -> None:
         """Stop listening and release connections (the client too, if the queue made it)."""
         if self._closed:
             return
+        for view in list(self._views):  # they share the connections closed here
+            await view.close()
         await self._hand_back_ahead()
         self._closed = True
         if self._base is not None:

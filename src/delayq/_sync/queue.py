@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import logging
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -309,6 +310,7 @@ class DelayQueue(Generic[PayloadT]):
         self._closed = False
         self._base: DelayQueue[PayloadT] | None = None  # set on a view (with_policy)
         self._ahead = _Ahead()
+        self._views: weakref.WeakSet[DelayQueue[PayloadT]] = weakref.WeakSet()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -351,12 +353,16 @@ class DelayQueue(Generic[PayloadT]):
         view._quiet = None
         view._closed = False
         view._ahead = _Ahead()
+        view._views = weakref.WeakSet()
+        (self._base or self)._views.add(view)
         return view
 
     def close(self) -> None:
         """Stop listening and release connections (the client too, if the queue made it)."""
         if self._closed:
             return
+        for view in list(self._views):  # they share the connections closed here
+            view.close()
         self._hand_back_ahead()
         self._closed = True
         if self._base is not None:

@@ -11,6 +11,7 @@ file by ``scripts/unasync.py``; edit here and regenerate.
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Self, cast
@@ -100,6 +101,7 @@ class ShardedQueue(DelayQueue[PayloadT]):
         self._registered = False
         self._closed = False
         self._base: ShardedQueue[PayloadT] | None = None  # set on a view (with_policy)
+        self._views: weakref.WeakSet[DelayQueue[PayloadT]] = weakref.WeakSet()
 
     # -- the shards -------------------------------------------------------------------------
 
@@ -141,15 +143,16 @@ class ShardedQueue(DelayQueue[PayloadT]):
             "retry_backoff": retry_backoff,
         }
         view = copy.copy(self)
-        view._overrides = {
-            **self._overrides,
-            **{k: v for k, v in settings.items() if v is not None},
-        }
+        given = {name: value for name, value in settings.items() if value is not None}
+        view._overrides = {**self._overrides, **given}
         view._parts = [part.with_policy(**settings) for part in self._parts]
         view._old_parts = [part.with_policy(**settings) for part in self._old_parts]
+        view._policy = view._parts[0]._policy
         view._base = self._base or self
         view._owns_runner = False
         view._closed = False
+        view._views = weakref.WeakSet()
+        (self._base or self)._views.add(view)
         return view
 
     def close(self) -> None:
@@ -157,10 +160,13 @@ class ShardedQueue(DelayQueue[PayloadT]):
         if self._closed:
             return
         self._closed = True
-        if self._base is not None:  # a view: the connections are its base queue's
+        # A view's shards are views too (closing one hands back what it fetched ahead), but
+        # for a previous layout's shards it opened itself.
+        for view in list(self._views):
+            view.close()
+        if self._base is not None:
             for part in self._every_part:
-                if part._base is None:  # a previous layout's shard this view opened itself
-                    part.close()
+                part.close()
             return
         for part in self._every_part:
             part.close()
