@@ -268,7 +268,11 @@ def run_burst(c: Contestant, env: Env, n: int, cap: float) -> dict[str, Any]:
     complete = v["lost"] == 0
     elapsed = (last - due) if complete and last else cap
     redis_used = Counters.delta(before, after)
-    delivered = max(v["delivered"], 1)
+    delivered = v["delivered"]
+
+    def per_task(total: float) -> float | None:  # nothing ran: no cost per task to speak of
+        return round(total / delivered, 2) if delivered else None
+
     starts = sorted(r[2] - due for r in rows)
     out = {
         "tasks": n,
@@ -279,9 +283,9 @@ def run_burst(c: Contestant, env: Env, n: int, cap: float) -> dict[str, Any]:
         "lost": v["lost"] if complete else None,  # an incomplete drain: not lost, not yet run
         "pending_at_cap": 0 if complete else v["lost"],
         "duplicated": v["duplicated"],
-        "redis_commands_per_task": round(redis_used["commands"] / delivered, 2),
-        "redis_cpu_us_per_task": round(redis_used["cpu_s"] * 1e6 / delivered, 2),
-        "worker_cpu_us_per_task": round(worker_cpu * 1e6 / delivered, 2),
+        "redis_commands_per_task": per_task(redis_used["commands"]),
+        "redis_cpu_us_per_task": per_task(redis_used["cpu_s"] * 1e6),
+        "worker_cpu_us_per_task": per_task(worker_cpu * 1e6),
         "drain_curve": _curve(starts, n),
     }
     if enqueued_by > due:
