@@ -303,7 +303,9 @@ def markdown(results: dict[str, Any], img_prefix: str = "img/") -> str:
         f"{sizes.get('steady_n', 0):,} tasks due uniformly over {sizes.get('spread')} s "
         f"(delays {sizes.get('lead')}–{sizes.get('lead', 0) + sizes.get('spread', 0)} s), one "
         "worker. Lateness = handler start − due time, both on this host's `time.time()` clock; "
-        f"median of {slow} run(s). *early*: tasks that started before their due time.",
+        f"median of {slow} run(s). *early*: tasks that started before their due time. "
+        "*not run*: tasks that had not started by the end of the window (the last due time "
+        f"+ {sizes.get('tail')} s): late beyond it, not necessarily lost.",
         "",
         *_table(
             results,
@@ -313,7 +315,7 @@ def markdown(results: dict[str, Any], img_prefix: str = "img/") -> str:
                 Column("p99 ms", "steady", lambda m: m["p99_ms"], digits=1, better="lower"),
                 Column("max ms", "steady", lambda m: m["max_ms"], digits=1, better="lower"),
                 Column("delivered", "steady", lambda m: m["delivered"]),
-                Column("lost", "steady", lambda m: m["lost"]),
+                Column("not run", "steady", lambda m: m["lost"]),
                 Column("duplicated", "steady", lambda m: m["duplicated"]),
                 Column("early", "steady", lambda m: m["early"]),
             ],
@@ -331,7 +333,7 @@ def markdown(results: dict[str, Any], img_prefix: str = "img/") -> str:
                 Column("p50 ms", "sparse", lambda m: m["p50_ms"], digits=1, better="lower"),
                 Column("p99 ms", "sparse", lambda m: m["p99_ms"], digits=1, better="lower"),
                 Column("max ms", "sparse", lambda m: m["max_ms"], digits=1, better="lower"),
-                Column("lost", "sparse", lambda m: m["lost"]),
+                Column("not run", "sparse", lambda m: m["lost"]),
                 Column("early", "sparse", lambda m: m["early"]),
             ],
         ),
