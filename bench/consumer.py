@@ -297,7 +297,8 @@ def consume_redisson(url: str, record: Record, ready: Any, ordered: bool) -> Non
     transfer = RedissonTransfer(url, keys, ordered)
     transfer.start()
     transfer.subscribed.wait(10)
-    client = redis.Redis.from_url(url)
+    # No read timeout (redis-py 8 defaults to 5 s): a blocking take() waits as long as it takes.
+    client = redis.Redis.from_url(url, socket_timeout=None)
     client.ping()
     ready.set()
     try:
@@ -675,6 +676,8 @@ def table(results: dict[str, Any]) -> list[str]:
     for row, median in results["medians"].items():
         idle = results.get("idle", {}).get(row, {})
         idle_cell = _fmt(idle.get("commands_per_s"), 2)
+        if "error" in idle:
+            idle_cell += f" (error: {idle['error']})"
         if row in YARDSTICKS:
             rate, best = median.get("per_s"), v.get("yardstick_per_s")
             ratio = f"{rate / best:.2f}×" if rate and best else "-"
