@@ -92,6 +92,9 @@ class AsyncWorker(WorkerBase):
         self._waiting = [asyncio.Event() for _ in self._queues]  # tasks came to run
         self._space = [asyncio.Event() for _ in self._queues]  # a fetch can refill
         self._stopping = asyncio.Event()
+        # Ends the helper loops after the shutdown. Cancelling them alone is not enough: a
+        # cancel that lands inside a Redis call can be lost there (seen in ack_many).
+        self._helpers_end = asyncio.Event()
 
     _wants_coroutine = True
 
@@ -145,6 +148,8 @@ class AsyncWorker(WorkerBase):
                 await self._shutdown(fetchers, runners)
             except Exception as exc:  # the rest of the shutdown must happen all the same
                 self._internal_error("shutdown", "", None, exc)
+            self._helpers_end.set()
+            self._ack_ready.set()
             for task in helpers:
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
@@ -316,7 +321,7 @@ class AsyncWorker(WorkerBase):
             )  # fmt: skip
 
     async def _ack_loop(self) -> None:
-        while True:  # a restarted loop first acks what the dead one left
+        while not self._helpers_end.is_set():  # a restarted loop first acks what is left
             wait_s = self._ledger.next_ack_in(time.monotonic())
             if wait_s is None:
                 await self._ack_ready.wait()
@@ -363,8 +368,11 @@ class AsyncWorker(WorkerBase):
 
     async def _heartbeat_loop(self) -> None:
         """Keep every held lease (buffered or running) alive while this worker has it."""
-        while True:
-            await asyncio.sleep(self._options.heartbeat_s(self._queues))
+        beat = self._options.heartbeat_s(self._queues)
+        while not self._helpers_end.is_set():
+            await _sleep_unless(self._helpers_end, beat)
+            if self._helpers_end.is_set():
+                return
             for index, task in self._ledger.to_extend():
                 queue, lease_s = self._queues[index], self._policies[index].visibility_timeout
                 if lease_s is None:
@@ -383,9 +391,9 @@ class AsyncWorker(WorkerBase):
                     self._internal_error("heartbeat", queue.name, task.id, exc)
 
     async def _health_loop(self) -> None:
-        while True:
+        while not self._helpers_end.is_set():
             self._write_health()
-            await asyncio.sleep(1.0)
+            await _sleep_unless(self._helpers_end, 1.0)
 
     # -- shutdown ---------------------------------------------------------------------------
 
@@ -446,5 +454,8 @@ class AsyncWorker(WorkerBase):
 
 
 async def _sleep_unless(event: asyncio.Event, seconds: float) -> None:
+    # Not wait_for: on 3.11 it can swallow a cancel that lands as the event is set, and a
+    # helper loop that outlives its cancel hangs the shutdown.
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), seconds)
+        async with asyncio.timeout(seconds):
+            await event.wait()

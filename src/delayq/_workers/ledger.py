@@ -68,6 +68,8 @@ class Ledger(Generic[D]):
         self._held: dict[Key, Any] = {}  # leased to this worker: waiting, running or done
         self._waiting: list[deque[Any]] = [deque() for _ in range(queues)]
         self._running: list[dict[D, None]] = [{} for _ in range(queues)]  # an ordered set
+        self._finishing: set[D] = set()  # running, and done: no more acks to wait for from it
+        self._unsure = [0] * queues  # handlers running whose verdict is not known yet
         self._acks: list[list[Any]] = [[] for _ in range(queues)]  # done, ack not sent
         self._acks_since: list[float] = [0.0] * queues  # when the oldest pending ack came
         self._settling: dict[Key, Any] = {}  # done: its ack is pending or on its way
@@ -108,14 +110,20 @@ class Ledger(Generic[D]):
             return None
         delivery = make(index, waiting.popleft())
         self._running[index][delivery] = None
+        self._unsure[index] += 1
         return delivery
 
     def ended(self, delivery: D) -> bool:
         """``delivery``'s handler slot is free (it finished, or was abandoned). True if its
         queue's fetch can now refill: tell the fetcher."""
-        if self._running[delivery.index].pop(delivery, self) is self:
+        index = delivery.index
+        if self._running[index].pop(delivery, self) is self:
             return False  # ended already (an abandoned handler returning late)
-        return self.room(delivery.index) > 0
+        if delivery in self._finishing:
+            self._finishing.discard(delivery)
+        else:
+            self._unsure[index] -= 1
+        return self.room(index) > 0
 
     def running(self) -> list[D]:
         return [d for running in self._running for d in running]
@@ -134,8 +142,10 @@ class Ledger(Generic[D]):
         if not acks:
             self._acks_since[index] = now
         acks.append(task)
-        others = len(self._running[index]) - (delivery in self._running[index])
-        return self._acks_due(index, now, others)
+        if delivery in self._running[index] and delivery not in self._finishing:
+            self._finishing.add(delivery)
+            self._unsure[index] -= 1
+        return self._acks_due(index, now)
 
     def given_back(self, index: int, task: Any) -> None:
         """``task`` is retried, rejected, released or let go: no longer this worker's lease."""
@@ -159,7 +169,7 @@ class Ledger(Generic[D]):
 
     def acks_due(self, index: int, now: float) -> list[Any]:
         """The acks of queue ``index`` to send now (they are then on their way), or none."""
-        if not self._acks_due(index, now, len(self._running[index])):
+        if not self._acks_due(index, now):
             return []
         batch, self._acks[index] = self._acks[index], []
         return batch
@@ -170,7 +180,7 @@ class Ledger(Generic[D]):
         for index, acks in enumerate(self._acks):
             if not acks:
                 continue
-            if self._acks_due(index, now, len(self._running[index])):
+            if self._acks_due(index, now):
                 return 0.0
             left = self._acks_since[index] + self.pace.ack_delay_s - now
             soonest = left if soonest is None else min(soonest, left)
@@ -196,11 +206,11 @@ class Ledger(Generic[D]):
         self._acks[index][:0] = batch
         self._acks_since[index] = float("-inf")
 
-    def _acks_due(self, index: int, now: float, running: int) -> bool:
+    def _acks_due(self, index: int, now: float) -> bool:
         acks = self._acks[index]
         return bool(acks) and (
             self.closing
-            or running == 0  # nothing more comes soon: no reason to wait
+            or self._unsure[index] == 0  # no more acks come soon: no reason to wait
             or len(acks) >= self.pace.ack_batch
             or now - self._acks_since[index] >= self.pace.ack_delay_s
         )

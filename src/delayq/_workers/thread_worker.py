@@ -419,7 +419,8 @@ class Worker(WorkerBase):
             ]
             for run in overdue:
                 run.abandoned = True
-                self._ledger.ended(run)
+                if self._ledger.ended(run):
+                    self._space[run.index].set()
         for run in overdue:
             queue = self._queues[run.index]
             with self._lock:  # shutdown must not wait for a thread it gave up on

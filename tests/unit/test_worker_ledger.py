@@ -1,0 +1,232 @@
+"""The workers' bookkeeping (``Ledger``), driven directly with a fake clock: no Redis, no
+threads. Both workers make the same calls in the same order; these are the decisions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import count
+
+import pytest
+
+from delayq._workers.ledger import Delivery, Ledger, Pace
+
+_tokens = count(1)
+
+
+@dataclass(frozen=True)
+class FakeTask:
+    id: str
+    lease_token: int = field(default_factory=lambda: next(_tokens))
+
+
+def make(index: int, task: FakeTask) -> Delivery:
+    return Delivery(index, task, started=0.0)
+
+
+PACE = Pace(capacity=10, refill=4, ack_batch=3, ack_delay_s=0.02)
+
+
+def ledger(queues: int = 1, pace: Pace = PACE) -> Ledger[Delivery]:
+    return Ledger(queues, pace)
+
+
+def tasks(*ids: str) -> list[FakeTask]:
+    return [FakeTask(i) for i in ids]
+
+
+def run(book: Ledger[Delivery], index: int = 0) -> Delivery:
+    delivery = book.take(index, make)
+    assert delivery is not None
+    return delivery
+
+
+# -- the heartbeat and the ack race ----------------------------------------------------------
+
+
+def test_lease_lost_for_a_task_acked_since_the_heartbeat_took_its_list_is_no_news() -> None:
+    """The heartbeat lists the leases to extend; the handler finishes and its ack lands; then
+    the heartbeat's extend of that lease reports it gone. That is the ack's doing, not a lost
+    lease: before, the worker logged "lease ... expired while held" and dropped it twice."""
+    book = ledger()
+    (task,) = tasks("a")
+    book.fetched(0, [task])
+    delivery = run(book)
+    assert book.to_extend() == [(0, task)]  # the heartbeat's list, taken now
+    book.done(delivery, now=0.0)
+    book.ended(delivery)
+    batch = book.acks_due(0, now=0.0)
+    assert batch == [task]
+    assert book.acked(0, batch, [True]) == []
+    assert book.held() == 0
+    assert book.lease_lost(0, task) is False  # the extend's LeaseLost arrives: nothing to say
+    assert book.held() == 0 and book.to_extend() == [] and book.unsettled() == []
+
+
+def test_lease_lost_while_the_ack_is_on_its_way_is_left_to_the_ack() -> None:
+    book = ledger()
+    (task,) = tasks("a")
+    book.fetched(0, [task])
+    delivery = run(book)
+    heartbeat_list = book.to_extend()
+    book.done(delivery, now=0.0)
+    book.ended(delivery)
+    batch = book.acks_due(0, now=0.0)  # sent, no reply yet
+    assert heartbeat_list == [(0, task)]
+    assert book.lease_lost(0, task) is False
+    assert book.held() == 1  # still the ack's to settle, once
+    assert book.acked(0, batch, [False]) == [task]  # the ack reports the loss, once
+    assert book.held() == 0
+
+
+def test_a_lease_really_lost_is_news_once_and_its_waiting_task_is_not_run() -> None:
+    book = ledger()
+    first, second = tasks("a", "b")
+    book.fetched(0, [first, second])
+    assert book.lease_lost(0, second) is True
+    assert book.lease_lost(0, second) is False  # reported once
+    assert book.to_extend() == [(0, first)]
+    assert run(book).task is first
+    assert book.take(0, make) is None  # "b" may be another consumer's by now
+
+
+def test_lease_lost_of_an_old_copy_leaves_the_new_delivery_of_the_same_id_alone() -> None:
+    book = ledger()
+    (old,) = tasks("a")
+    book.fetched(0, [old])
+    run(book)  # its handler ran past the lease, and failed
+    book.given_back(0, old)
+    new = FakeTask("a")  # delivered again, with a new lease
+    book.fetched(0, [new])
+    assert book.lease_lost(0, old) is False
+    assert book.to_extend() == [(0, new)]
+
+
+def test_given_back_tasks_are_no_longer_extended_nor_reported() -> None:
+    book = ledger()
+    (task,) = tasks("a")
+    book.fetched(0, [task])
+    book.take(0, make)
+    book.given_back(0, task)  # retried or rejected: the verdict is on its way
+    assert book.to_extend() == [] and book.lease_lost(0, task) is False
+
+
+# -- fetching --------------------------------------------------------------------------------
+
+
+def test_with_tasks_waiting_a_fetch_waits_for_a_batch_of_refill() -> None:
+    """One fetch per free slot made a burst cost a fetch script per task."""
+    book = ledger()
+    assert book.room(0) == 10  # empty: all of it
+    book.fetched(0, tasks(*"abcdefghij"))
+    assert book.room(0) == 0
+    free = []
+    for _ in range(4):
+        delivery = run(book)
+        book.done(delivery, now=0.0)
+        free.append(book.ended(delivery))
+    assert free == [False, False, False, True]
+    assert book.room(0) == 4
+
+
+def test_with_the_buffer_empty_any_room_is_used() -> None:
+    book = ledger()
+    book.fetched(0, tasks(*"abcdefghij"))
+    running = [run(book) for _ in range(10)]  # all running, none waiting
+    assert book.room(0) == 0
+    book.done(running[0], now=0.0)
+    assert book.ended(running[0]) is True  # one free and a handler idle: fetch one now
+    assert book.room(0) == 1
+
+
+def test_an_abandoned_delivery_ends_once() -> None:
+    book = ledger()
+    book.fetched(0, tasks("a"))
+    delivery = run(book)
+    assert book.ended(delivery) is True
+    assert book.ended(delivery) is False and book.busy() == 0
+
+
+def test_queues_are_counted_apart() -> None:
+    book = ledger(queues=2)
+    book.fetched(0, tasks(*"abcdefghij"))
+    assert book.room(0) == 0 and book.room(1) == 10
+    assert book.take(1, make) is None
+
+
+def test_unstarted_empties_the_buffer_for_the_shutdown() -> None:
+    book = ledger()
+    fetched = tasks("a", "b", "c")
+    book.fetched(0, fetched)
+    started = run(book)
+    assert book.unstarted(0) == fetched[1:]
+    for task in fetched[1:]:
+        book.given_back(0, task)  # handed back
+    assert book.unsettled() == [(0, started.task)]  # cut off by the grace period, say
+
+
+# -- acking ----------------------------------------------------------------------------------
+
+
+def test_acks_wait_for_a_batch_while_handlers_run() -> None:
+    book = ledger()
+    book.fetched(0, tasks(*"abcde"))
+    running = [run(book) for _ in range(5)]
+    assert book.done(running[0], now=0.0) is False
+    assert book.acks_due(0, now=0.0) == []
+    assert book.done(running[1], now=0.001) is False
+    assert book.done(running[2], now=0.002) is True  # ack_batch reached
+    assert [t.id for t in book.acks_due(0, now=0.002)] == ["a", "b", "c"]
+    assert book.next_ack_in(0.002) is None
+
+
+def test_acks_go_after_the_delay_or_when_no_handler_runs() -> None:
+    book = ledger()
+    book.fetched(0, tasks("a", "b", "c"))
+    first, second, third = (run(book) for _ in range(3))
+    book.done(first, now=1.0)
+    book.ended(first)
+    assert book.next_ack_in(1.005) == pytest.approx(0.015)
+    assert book.acks_due(0, now=1.005) == []
+    assert [t.id for t in book.acks_due(0, now=1.02)] == ["a"]  # waited long enough
+    book.ended(second)  # failed: given back, no ack
+    book.given_back(0, second.task)
+    assert book.done(third, now=2.0) is True  # the last handler running: no reason to wait
+    assert [t.id for t in book.acks_due(0, now=2.0)] == ["c"]
+
+
+def test_a_failed_ack_is_due_again_at_once_ahead_of_newer_ones() -> None:
+    book = ledger()
+    book.fetched(0, tasks(*"abcdef"))
+    running = [run(book) for _ in range(6)]
+    for delivery in running[:3]:
+        book.done(delivery, now=0.0)
+    batch = book.acks_due(0, now=0.0)
+    book.done(running[3], now=0.0)
+    book.ack_failed(0, batch)
+    assert book.next_ack_in(0.0) == 0.0
+    assert [t.id for t in book.acks_due(0, now=0.0)] == ["a", "b", "c", "d"]
+
+
+def test_closing_makes_every_pending_ack_due() -> None:
+    book = ledger()
+    book.fetched(0, tasks("a", "b"))
+    first, _ = run(book), run(book)
+    book.done(first, now=0.0)
+    assert book.acks_due(0, now=0.0) == []
+    book.closing = True
+    assert [t.id for t in book.acks_due(0, now=0.0)] == ["a"]
+
+
+def test_a_done_task_is_not_extended_and_not_handed_back() -> None:
+    book = ledger()
+    book.fetched(0, tasks("a", "b"))
+    first, second = run(book), run(book)
+    book.done(first, now=0.0)
+    assert book.to_extend() == [(0, second.task)]
+    assert book.unsettled() == [(0, second.task)]
+
+
+def test_default_pace_batches_a_burst() -> None:
+    pace = Pace.of(slots=8, prefetch=32)
+    assert (pace.capacity, pace.refill, pace.ack_batch) == (40, 16, 16)
+    assert Pace.of(slots=4, prefetch=0).refill == 1  # no prefetch: every free slot counts
