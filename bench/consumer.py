@@ -736,8 +736,23 @@ def markdown(results: dict[str, Any]) -> str:
             " scripts (`INFO commandstats`).",
             *(["", *notes] if notes else []),
             "",
+            "Every round, tasks/s (the medians above are of these; the machine's load average"
+            f" was {_loads(m)}):",
+            "",
+            *[
+                f"- {row}: " + ", ".join(_fmt(r.get("per_s")) for r in results["runs"][row])
+                for row in results["medians"]
+            ],
+            "",
         ]
     )
+
+
+def _loads(m: dict[str, Any]) -> str:
+    start, end = m.get("load_average_at_start"), m.get("load_average_at_end")
+    if not start or not end:
+        return "not recorded"
+    return f"{start[0]:.2f} at the start and {end[0]:.2f} at the end, 1-min, on {m['cpus']} CPUs"
 
 
 def machine(source_label: str | None = None) -> dict[str, Any]:
