@@ -197,7 +197,8 @@ async def test_building_and_running_an_async_worker_with_its_own_options_leaves_
         await asyncio.wait_for(busy.wait(), 10)
         await assert_async_queue_policy(q)
         release.set()
-    assert (await q.stats()).counters["acked"] == 1
+    stats = await q.stats()
+    assert stats.counters.get("acked") == 1, (stats, worker.health())
     assert q.policy == policy
     await assert_async_queue_policy(q)
 
