@@ -77,6 +77,9 @@ def _worker_process(
     """Run one worker until it has handled ``stop_after`` tasks or 90 s passed (or, with
     None, until SIGTERM); put ``(pid, ids handled, seconds run() took)`` on ``out``."""
     seen: list[str] = []
+    # This process is the program: SIGTERM stops its worker gracefully (workers embedded in
+    # an application leave the signals alone unless asked).
+    options = {"handle_signals": True, **options}
     args = (url, name, options, stop_after, sleep, visibility, seen, ready)
     took = asyncio.run(_run_async(*args)) if kind == "async" else _run_thread(*args)
     out.put((os.getpid(), seen, took))
