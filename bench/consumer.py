@@ -110,6 +110,20 @@ class Sizes:
     idle_window_s: float = 10.0
 
 
+# --layout: where Redis and the consumer run. Left to the scheduler ("free"), a round with
+# the two on one core and one with them on two differ by 2-3x, for every row alike, and the
+# medians of a few rounds tell more about the scheduler than about the rows. "apart" (the
+# default on 2+ CPUs): Redis on CPU 0, each consumer on CPU 1, so every round trip crosses
+# cores, as it crosses the network to a Redis of its own host. "shared": both on CPU 1, where
+# a round trip costs no wake-up of another core and the CPU work per task decides.
+CONSUMER_CPU = "DELAYQ_BENCH_CONSUMER_CPU"
+LAYOUTS = {"apart": (0, 1), "shared": (1, 1)}  # layout: (server CPU, consumer CPU)
+
+
+def results_name(layout: str) -> str:
+    return "consumer.json" if layout != "shared" else "consumer-shared.json"
+
+
 FULL = Sizes()
 QUICK = Sizes(tasks=5_000, cap_s=20.0, idle_window_s=5.0)
 SMOKE = Sizes(tasks=200, repeat=1, lead_min_s=0.4, cap_s=10.0, idle_settle_s=0.5, idle_window_s=1.0)
@@ -381,6 +395,8 @@ def consumer_process(row: str, url: str, n: int, out: str, ready: Any) -> None:
     """One consumer: runs until it handled ``n`` distinct tasks or gets SIGTERM; writes what
     it saw to ``out`` (JSON) either way."""
     signal.signal(signal.SIGTERM, _stop)
+    if cpu := os.environ.get(CONSUMER_CPU):
+        os.sched_setaffinity(0, {int(cpu)})
     record = Record(n)
     cpu_at_ready = time.process_time()
     error = None
@@ -722,7 +738,8 @@ def markdown(results: dict[str, Any]) -> str:
             f" Python {m['python']}, redis-py {m['redis_py']} (hiredis {m['hiredis']}),"
             f" redis-server {m['redis']} on a free port, delayq {m['delayq']} at {m['commit']}."
             f" {s['tasks']:,} tasks with a ~100-byte JSON payload due at one instant, one"
-            f" consumer process; medians of {s['repeat']} interleaved rounds; idle:"
+            f" consumer process, Redis and the consumer on {_layout_words(results)};"
+            f" medians of {s['repeat']} interleaved rounds; idle:"
             f" {s['idle_window_s']:.0f}-s window on an empty queue.",
             "",
             "```console",
@@ -790,6 +807,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, help="tasks per burst")
     parser.add_argument("--rows", help=f"comma-separated subset of {','.join(ROWS)}")
     parser.add_argument(
+        "--layout",
+        choices=["apart", "shared", "free"],
+        default="apart" if (os.cpu_count() or 1) >= 2 else "free",
+        help="Redis and the consumer on two CPUs (default on 2+ CPUs), one, or where they fall;"
+        " a shared run writes consumer-shared.json, which the docs page shows beside",
+    )
+    parser.add_argument(
         "--idle-window", type=float, help="seconds of the idle window (default 10; 0 skips it)"
     )
     parser.add_argument(
@@ -807,7 +831,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = args.out or (None if args.quick or args.smoke else RESULTS)
     if args.docs_only:
         saved = json.loads(((args.out or RESULTS) / "consumer.json").read_text())
-        write_docs(saved, args.docs or DOCS)
+        write_docs(saved, args.docs or DOCS, args.out or RESULTS)
         return 0
 
     sizes = SMOKE if args.smoke else QUICK if args.quick else FULL
@@ -837,13 +861,19 @@ def main(argv: list[str] | None = None) -> int:
         "sizes": asdict(sizes),
         "rows": rows,
         "skipped": skipped,
+        "layout": args.layout,
     }
+    cpus = LAYOUTS.get(args.layout)
+    if cpus is not None:
+        os.environ[CONSUMER_CPU] = str(cpus[1])  # read by each consumer process (spawned)
     print(f"{len(rows)} rows x {sizes.repeat} rounds of {sizes.tasks:,} tasks", flush=True)
     runs: dict[str, list[dict[str, Any]]] = {row: [] for row in rows}
     lead = LeadPlanner(sizes.lead_min_s)
     with tempfile.TemporaryDirectory(prefix="delayq-bench-consumer-") as tmp_name:
         tmp = Path(tmp_name)
         server = EmbeddedRedis().start()
+        if cpus is not None:
+            os.sched_setaffinity(server._proc.pid, {cpus[0]})  # type: ignore[union-attr]
         try:
             for round_no in range(sizes.repeat):
                 # rotated each round, so that no row always follows the same one
@@ -868,10 +898,11 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(table(results)))
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "consumer.json").write_text(json.dumps(results, indent=2) + "\n")
-        print(f"\nwrote {out_dir / 'consumer.json'}")
+        name = results_name(args.layout)
+        (out_dir / name).write_text(json.dumps(results, indent=2) + "\n")
+        print(f"\nwrote {out_dir / name}")
     if args.docs:
-        write_docs(results, args.docs)
+        write_docs(results, args.docs, out_dir)
     return 0
 
 
@@ -886,11 +917,51 @@ def _brief(run: dict[str, Any]) -> str:
     return text
 
 
-def write_docs(results: dict[str, Any], docs: Path) -> None:
+def write_docs(results: dict[str, Any], docs: Path, results_dir: Path | None = None) -> None:
+    """The docs page of ``results``, with the other layout's run beside it when the results
+    directory holds one (a shared-core run beside the default, or the other way round)."""
     docs.mkdir(parents=True, exist_ok=True)
+    other = None
+    if results_dir is not None:
+        mine = results_name(results.get("layout", "free"))
+        names = [n for n in ("consumer.json", "consumer-shared.json") if n != mine]
+        if (results_dir / names[0]).exists():
+            other = json.loads((results_dir / names[0]).read_text())
+    main, extra = (
+        (other, results) if results.get("layout") == "shared" and other else (results, other)
+    )
+    text = markdown(main)
+    if extra is not None:
+        text += "\n".join(
+            [
+                "",
+                f"## Redis and the consumer on {_layout_words(extra)}",
+                "",
+                "```console",
+                f"$ {extra['command']}",
+                "```",
+                "",
+                *table(extra),
+                "",
+                "Every round, tasks/s:",
+                "",
+                *[
+                    f"- {row}: " + ", ".join(_fmt(r.get("per_s")) for r in extra["runs"][row])
+                    for row in extra["medians"]
+                ],
+                "",
+            ]
+        )
     path = docs / "benchmarks-consumer.md"
-    path.write_text(markdown(results))
+    path.write_text(text)
     print(f"wrote {path}")
+
+
+def _layout_words(results: dict[str, Any]) -> str:
+    return {
+        "apart": "two CPUs (Redis on CPU 0, the consumer on CPU 1)",
+        "shared": "one CPU (both on CPU 1)",
+    }.get(results.get("layout", ""), "the CPUs the scheduler chose")
 
 
 if __name__ == "__main__":
