@@ -141,19 +141,22 @@ local function finish(ids, tokens, now)
     end
   end
   if #done > 0 then
-    if redis.call('EXISTS', K_TASKKEY) == 1 then
-      local keyed = redis.call('HMGET', K_TASKKEY, unpack(done))
-      for k, id in ipairs(done) do
-        if keyed[k] then release_key(id, now, true) end
+    -- Most queues keep no dedup keys, errors or ttls: one look tells, and the per-id work on
+    -- those structures is skipped.
+    if redis.call('EXISTS', K_TASKKEY, K_ERRORS, K_EXPIRY) > 0 then
+      if redis.call('EXISTS', K_TASKKEY) == 1 then
+        local keyed = redis.call('HMGET', K_TASKKEY, unpack(done))
+        for k, id in ipairs(done) do
+          if keyed[k] then release_key(id, now, true) end
+        end
       end
+      if redis.call('EXISTS', K_ERRORS) == 1 then redis.call('HDEL', K_ERRORS, unpack(done)) end
+      if redis.call('EXISTS', K_EXPIRY) == 1 then redis.call('ZREM', K_EXPIRY, unpack(done)) end
     end
     redis.call('ZREM', K_INFLIGHT, unpack(done))
     redis.call('HDEL', K_LEASES, unpack(done))
     redis.call('HDEL', K_TASKS, unpack(done))
     redis.call('HDEL', K_ATTEMPTS, unpack(done))
-    -- Most queues keep no errors or ttls: skip the per-id work when the structure is empty.
-    if redis.call('EXISTS', K_ERRORS) == 1 then redis.call('HDEL', K_ERRORS, unpack(done)) end
-    if redis.call('EXISTS', K_EXPIRY) == 1 then redis.call('ZREM', K_EXPIRY, unpack(done)) end
   end
   return reply, #done
 end

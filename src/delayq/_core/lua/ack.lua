@@ -5,8 +5,6 @@
 -- Reply: one status per pair: 1 = acked; 0 = lease lost: expired, or the task was delivered
 --        again (and maybe finished) by another consumer. A resent call gets the first reply.
 local receipt, keep_ms = KEYS[14], tonumber(ARGV[1])
-local earlier = stored_reply(receipt)
-if earlier then return earlier end
 local now = now_ms()
 local ids, tokens = {}, {}
 for i = 2, #ARGV, 2 do
@@ -14,6 +12,12 @@ for i = 2, #ARGV, 2 do
   tokens[#tokens + 1] = ARGV[i + 1]
 end
 local reply, done = finish(ids, tokens, now)
+if done < #ids then
+  -- A lease not held: perhaps by this very call, sent before (its reply lost). A resend
+  -- finds nothing left to finish of what the first one finished, and answers as it did.
+  local earlier = stored_reply(receipt)
+  if earlier then return earlier end
+end
 count('acked', done)
 keep_reply(receipt, reply, keep_ms)
 return reply
