@@ -252,6 +252,24 @@ async def test_async_lost_reply_of_an_ack_that_fetches(
     assert (stats.counters["acked"], stats.inflight, stats.ready) == (2, 0, 0)
 
 
+def test_lost_reply_of_a_plain_ack_is_answered_from_its_receipt(
+    make_queue: Callable[..., DelayQueue], proxy: DropReplyProxy, client: redis.Redis
+) -> None:
+    """ack.lua finishes first and reads its receipt only when a lease is not held: a resend
+    of an ack whose reply was lost (one lease of three lost before it) answers as the first
+    call did, counting each ack once."""
+    producer = make_queue("lostack", visibility_timeout=30)
+    q = make_queue("lostack", redis=proxy.url, prefetch=0)
+    producer.offer_many([(i, 0) for i in range(3)])
+    tasks = q.poll_many(3, timeout=1)
+    q.release(tasks[1])  # its lease is gone before the ack
+    proxy.arm(Op.ACK, client)
+    assert q.ack_many(tasks) == [True, False, True]
+    assert proxy.dropped.is_set()
+    stats = producer.stats()
+    assert (stats.counters["acked"], stats.inflight, stats.ready) == (2, 0, 1)
+
+
 def test_an_ack_whose_lease_was_lost_still_raises(make_queue: Callable[..., DelayQueue]) -> None:
     q = make_queue("gone", visibility_timeout=0.2)
     other = make_queue("gone", visibility_timeout=30)
