@@ -217,6 +217,8 @@ def test_fastapi_app_worker_that_takes_the_signals_breaks_uvicorn_shutdown(
         [sys.executable, "-m", "uvicorn", "signal_taking_app:app"], "--port",
         PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}",
     )  # fmt: skip
+    # The worker installs its handlers once it has reached Redis, then says it started.
+    wait_until(lambda: "delayq worker started" in server.output(), timeout=10)
     server.proc.send_signal(signal.SIGTERM)
     wait_until(lambda: "delayq worker stopped" in server.output(), timeout=10)
     assert server.serving()  # uvicorn never saw the signal
