@@ -446,9 +446,8 @@ def test_closing_the_base_hands_back_what_its_views_fetched_ahead(
     q = make_queue(shards=shards)
     watcher = make_queue(shards=shards)  # another object on the same queue, left open
     view = q.with_policy(visibility_timeout=20)
-    for n in range(6):
-        q.offer(n)
-    taken(view.poll(timeout=10)).ack()  # the ack leases the next due tasks ahead
+    q.offer_many([(n, 0) for n in range(40)])  # several on every shard
+    taken(view.poll(timeout=10)).ack()  # the ack leases the next due tasks of its shard ahead
     assert watcher.stats().inflight > 0
     q.close()
     assert watcher.stats().inflight == 0
