@@ -33,6 +33,10 @@ from .ledger import Delivery
 
 log = logging.getLogger("delayq.worker")
 
+# How long the shutdown waits for the helper loops (acks, heartbeat, health) to end by
+# themselves before it cancels them: longer than an ack takes, short enough not to hang.
+HELPERS_END_S = 10.0
+
 Handler = Callable[[AsyncTask], Awaitable[Any]]
 
 
@@ -150,7 +154,10 @@ class AsyncWorker(WorkerBase):
                 self._internal_error("shutdown", "", None, exc)
             self._helpers_end.set()
             self._ack_ready.set()
-            for task in helpers:
+            # They end on the flag: a cancel landing in an ack on its way would lose the ack
+            # (the task comes back after its lease and runs again). Cancelled only if stuck.
+            _, stuck = await asyncio.wait(helpers, timeout=HELPERS_END_S)
+            for task in stuck:
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
             await self._last_acks()
@@ -337,6 +344,9 @@ class AsyncWorker(WorkerBase):
                 continue
             try:
                 acked: list[bool | None] = list(await queue.ack_many(batch))
+            except asyncio.CancelledError:  # the batch stays due: the last flush sends it
+                self._ledger.ack_failed(index, batch)
+                raise
             except DelayqError as exc:  # leases stay held: the heartbeat keeps them alive
                 self._counters.redis_errors += 1
                 log.warning(
