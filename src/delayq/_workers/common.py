@@ -262,10 +262,14 @@ def check_handler(handler: Any, wants_coroutine: bool) -> None:
     threads would be acked unrun, a plain one awaited would fail after its side effects."""
     if not callable(handler):
         raise ConfigError(f"the handler must be callable, got {handler!r}")
-    name = printable(getattr(handler, "__qualname__", type(handler).__qualname__))
+    inner = handler
+    while isinstance(inner, functools.partial):  # name the function it wraps
+        inner = inner.func
+    name = printable(getattr(inner, "__qualname__", type(inner).__qualname__))
     if wants_coroutine and not is_coroutine_function(handler):
         raise ConfigError(
-            f"AsyncWorker needs an async def handler; {name} is a plain function: "
+            f"AsyncWorker needs an async def handler; {name} is a plain function (a decorator "
+            "that hides an async def must itself be async def): "
             "run it with Worker (threads), or make it async def"
         )
     if not wants_coroutine and is_coroutine_function(handler):
