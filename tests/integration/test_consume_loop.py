@@ -26,7 +26,10 @@ from delayq.embedded import EmbeddedRedis
 from tests.conftest import BINARIES
 from tests.helpers import wait_until
 
+from . import test_review
 from .test_review import DropReplyProxy
+
+proxy = test_review.proxy  # the lost-reply proxy fixture, shared
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,13 +43,6 @@ def lease_left(q: DelayQueue, task_id: str) -> float:
     info = q.get(task_id)
     assert info is not None and info.lease_expires_at is not None, info
     return (info.lease_expires_at - datetime.now(UTC)).total_seconds()
-
-
-@pytest.fixture
-def proxy(redis_server: EmbeddedRedis) -> Iterator[DropReplyProxy]:
-    p = DropReplyProxy(redis_server.port)
-    yield p
-    p.close()
 
 
 # -- one round trip per task ----------------------------------------------------------------

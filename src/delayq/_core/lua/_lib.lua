@@ -124,6 +124,16 @@ local function drop_lease(id)
   redis.call('HDEL', K_LEASES, id)
 end
 
+-- The ids and lease tokens of the (id, token) pairs in ARGV from position ``from`` on.
+local function id_token_pairs(from)
+  local ids, tokens = {}, {}
+  for i = from, #ARGV, 2 do
+    ids[#ids + 1] = ARGV[i]
+    tokens[#tokens + 1] = ARGV[i + 1]
+  end
+  return ids, tokens
+end
+
 -- Finish the tasks whose leases the caller holds (ids[k] with tokens[k]): one status per
 -- pair, 1 = finished, 0 = lease lost; and how many were finished.
 local function finish(ids, tokens, now)

@@ -6,11 +6,7 @@
 --        again (and maybe finished) by another consumer. A resent call gets the first reply.
 local receipt, keep_ms = KEYS[14], tonumber(ARGV[1])
 local now = now_ms()
-local ids, tokens = {}, {}
-for i = 2, #ARGV, 2 do
-  ids[#ids + 1] = ARGV[i]
-  tokens[#tokens + 1] = ARGV[i + 1]
-end
+local ids, tokens = id_token_pairs(2)
 local reply, done = finish(ids, tokens, now)
 if done < #ids then
   -- A lease not held: perhaps by this very call, sent before (its reply lost). A resend

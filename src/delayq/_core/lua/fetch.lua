@@ -124,11 +124,7 @@ redis.call('HSET', K_COUNTERS, 'seen_ms', now)
 
 local acks = ''
 if #ARGV > 9 then
-  local ack_ids, tokens = {}, {}
-  for i = 10, #ARGV, 2 do
-    ack_ids[#ack_ids + 1] = ARGV[i]
-    tokens[#tokens + 1] = ARGV[i + 1]
-  end
+  local ack_ids, tokens = id_token_pairs(10)
   local statuses, done = finish(ack_ids, tokens, now)
   count('acked', done)
   acks = table.concat(statuses)
