@@ -751,6 +751,16 @@ def markdown(results: dict[str, Any]) -> str:
             "Rate = tasks / (last handled − due instant). Ratios are against the faster Redisson"
             " row of the same invocation. Redis commands include the calls made inside Lua"
             " scripts (`INFO commandstats`).",
+            "",
+            "Why the delayq rows trail the lean loop: both cost one round trip per task, but the"
+            " lean loop's is a `BLPOP` that removes the task (at-most-once: a consumer that dies"
+            " holding it loses it), where delayq's is its ack: one script that checks the"
+            " task's lease token and expiry, removes the task from four structures, counts it"
+            " and keeps a receipt so that a resend after a lost reply answers the same (about"
+            " 10 Redis commands and 12 µs of Redis CPU), the next due tasks being fetched in"
+            " the same round trip every few tasks. Where each round trip crosses cores (the"
+            " first table, and any Redis on another host) the wait for the reply dominates both;"
+            " on one core the work per task does.",
             *(["", *notes] if notes else []),
             "",
             "Every round, tasks/s (the medians above are of these; the machine's load average"
