@@ -561,7 +561,7 @@ def markdown(results: dict[str, Any], img_prefix: str = "img/") -> str:
         "## Caveats",
         "",
         f"- Medians of {fast} run(s) for enqueue/memory and {slow} run(s) for the other "
-        "scenarios (so that eleven contestants fit in about 25 minutes); single runs are noisy on a shared VM.",
+        "scenarios (so that sixteen contestants fit in about 25 minutes); single runs are noisy on a shared VM.",
         "- Redis, the worker and the harness share the machine's cores; the harness sleeps or "
         "polls a file while workers run.",
         "- Every peer runs at its defaults, which trade latency for load differently: peers that "
