@@ -26,8 +26,11 @@ from delayq.embedded import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-# Extras for working on delayq itself, not features a user installs.
-DEVELOPMENT_EXTRAS = {"bench", "dev", "docs", "examples"}
+# Extras for working on delayq itself, not features a user installs (the peer benchmark has
+# one more per peer whose pins need a venv of its own).
+DEVELOPMENT_EXTRAS = {"bench", "dev", "docs", "examples"} | {
+    f"bench-{peer}" for peer in ("docket", "streaq", "taskiq")
+}
 
 pytestmark = pytest.mark.install
 
