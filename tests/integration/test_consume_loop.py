@@ -366,6 +366,32 @@ def test_redis_restart_mid_loop_loses_nothing(own_server: EmbeddedRedis, prefix:
         producer.close()
 
 
+async def test_async_redis_restart_mid_loop_loses_nothing(
+    own_server: EmbeddedRedis, prefix: str
+) -> None:
+    n = 60
+    url = own_server.url
+    producer = AsyncDelayQueue("arestart", url, prefix=prefix, visibility_timeout=2)
+    q = AsyncDelayQueue("arestart", url, prefix=prefix, visibility_timeout=2, reconnect_timeout=20)
+    try:
+        await producer.offer_many([(i, 0) for i in range(n)])
+        seen: list[int] = []
+        while len(set(seen)) < n:
+            if len(seen) == n // 2:
+                own_server.kill()
+                own_server.start()
+            task = await q.poll(timeout=15)
+            assert task is not None, f"missing {set(range(n)) - set(seen)}"
+            seen.append(task.payload)
+            with contextlib.suppress(LeaseLost):  # lost with the crash: it comes again
+                await task.ack()
+        assert set(seen) == set(range(n))
+        assert len(seen) - n <= 10
+    finally:
+        await q.close()
+        await producer.close()
+
+
 # -- sharded queues -------------------------------------------------------------------------
 
 
