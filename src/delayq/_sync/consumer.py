@@ -67,18 +67,20 @@ class Consumer(Generic[PayloadT]):
         queue = self._queue
         try:
             if error is None:
-                if not queue._ack_one(task, fetch_ahead=fetch_ahead):
-                    raise LeaseLost(task.id)
-                return
-            if not isinstance(error, Exception):  # Ctrl-C, a cancellation: not the task's fault
-                queue.release(task)
-                return
-            outcome = outcome_of(error, task.attempts, queue.policy.max_attempts)
-            if outcome.verdict is Verdict.REJECT:
-                queue.reject(task, outcome.error)
+                settled = queue._ack_one(task, fetch_ahead=fetch_ahead)
+            elif not isinstance(error, Exception):
+                queue.release(task)  # Ctrl-C, a cancellation: not the task's fault
+                settled = True
             else:
-                queue.retry(task, outcome.delay, error=outcome.error)
+                outcome = outcome_of(error, task.attempts, queue.policy.max_attempts)
+                if outcome.verdict is Verdict.REJECT:
+                    queue.reject(task, outcome.error)
+                else:
+                    queue.retry(task, outcome.delay, error=outcome.error)
+                settled = True
         except LeaseLost:
+            settled = False
+        if not settled:
             log.warning(
                 "delayq: lease on task %s of %s was lost before it was settled; it is or will "
                 "be delivered again", printable(task.id), queue.name,

@@ -904,7 +904,6 @@ class DelayQueue(Generic[PayloadT]):
             or (self._quiet_until() or 0.0) > backend.monotonic()  # nothing due to fetch yet
         ):
             return (self.ack_many([task]))[0]
-        self._check_open()
         tasks, result = self._fetch(want, acks=[task])
         now = backend.monotonic()
         self._ahead.tasks.extend((t, now) for t in tasks)
@@ -916,7 +915,7 @@ class DelayQueue(Generic[PayloadT]):
         """Ack many tasks in one round trip; False where the lease was lost."""
         leased = [t for t in tasks if t.lease_token is not None]
         acked: list[bool] = []
-        for keys, args in self._ack_calls(leased):
+        for keys, args, _ in self._ack_calls(leased):
             if self._durability is not None and self._durability.after_ack:
                 (reply,) = self._write(Op.ACK, [args], args[1::2], keys=keys)
             else:
@@ -924,15 +923,18 @@ class DelayQueue(Generic[PayloadT]):
             acked += _acked(reply)
         return _settled(tasks, acked)
 
-    def _ack_calls(self, leased: Sequence[Task]) -> list[tuple[tuple[str, ...], list[Any]]]:
-        """The keys and arguments of the ack script calls for ``leased``, in batches."""
+    def _ack_calls(
+        self, leased: Sequence[Task]
+    ) -> list[tuple[tuple[str, ...], list[Any], Sequence[Task]]]:
+        """The ack script calls for ``leased``, in batches: keys, arguments, the batch."""
         calls = []
         for start in range(0, len(leased), protocol.MAX_BATCH):
+            batch = leased[start : start + protocol.MAX_BATCH]
             args: list[Any] = [self._receipt_ms]
-            for t in leased[start : start + protocol.MAX_BATCH]:
+            for t in batch:
                 args += (t.id, t.lease_token)
             receipt = self._keys.receipt("ack", protocol.new_nonce())
-            calls.append(((*self._key_list, receipt), args))
+            calls.append(((*self._key_list, receipt), args, batch))
         return calls
 
     def nack(self, task: Task, delay: Duration | None = None) -> None:

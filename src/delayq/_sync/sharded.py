@@ -449,12 +449,9 @@ class ShardedQueue(DelayQueue[PayloadT]):
             groups.setdefault(id(self._part_of(task)), []).append(task)
         calls, batches = [], []
         for group in groups.values():
-            part = self._part_of(group[0])
-            for (keys, args), start in zip(
-                part._ack_calls(group), range(0, len(group), protocol.MAX_BATCH), strict=True
-            ):
+            for keys, args, batch in self._part_of(group[0])._ack_calls(group):
                 calls.append((Op.ACK, keys, args))
-                batches.append(group[start : start + protocol.MAX_BATCH])
+                batches.append(batch)
         self._check_open()
         try:
             replies = self._runner.many(calls)

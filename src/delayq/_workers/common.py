@@ -262,9 +262,7 @@ def check_handler(handler: Any, wants_coroutine: bool) -> None:
     threads would be acked unrun, a plain one awaited would fail after its side effects."""
     if not callable(handler):
         raise ConfigError(f"the handler must be callable, got {handler!r}")
-    inner = handler
-    while isinstance(inner, functools.partial):  # name the function it wraps
-        inner = inner.func
+    inner = _unwrapped(handler)  # a partial is named by the function it wraps
     name = printable(getattr(inner, "__qualname__", type(inner).__qualname__))
     if wants_coroutine and not is_coroutine_function(handler):
         raise ConfigError(
@@ -282,12 +280,18 @@ def check_handler(handler: Any, wants_coroutine: bool) -> None:
 def is_coroutine_function(handler: Any) -> bool:
     """Whether calling ``handler`` makes a coroutine: an async def, a partial of one, or an
     object whose ``__call__`` is one."""
-    while isinstance(handler, functools.partial):
-        handler = handler.func
+    handler = _unwrapped(handler)
     if inspect.iscoroutinefunction(handler):
         return True
     call = type(handler).__call__  # an object with an async __call__
     return not inspect.isroutine(handler) and inspect.iscoroutinefunction(call)
+
+
+def _unwrapped(handler: Any) -> Any:
+    """The function a ``functools.partial`` (of a partial ...) calls; anything else as is."""
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    return handler
 
 
 class WorkerBase:
