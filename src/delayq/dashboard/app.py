@@ -8,7 +8,6 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,128 +32,17 @@ from .._core.urls import safe_url
 from ..exceptions import ConfigError, InvalidTaskError, RedisUnavailable, ServerError
 from . import charts, security, views
 from .guard import Caller, Guard
-from .monitor import Monitor, Snapshot
-from .series import HEALTH_RANK, History, health, sample_of
+from .monitor import Snapshot
+from .series import HEALTH_RANK, health
+from .state import Dashboard, Settings
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
 PAGE_SIZE = 50  # tasks per page of a queue
 INDEX_PAGE_SIZE = 100  # queues per page of the main page
 MAX_PAGE = 1_000_000
-SAMPLER_CHUNK = 200  # queues per round of the sampler (pages are served between rounds)
-STALE_SUMMARY_S = 60.0  # the main page's summary of all queues is never older than this
 
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """Everything ``delayq dashboard`` can be told."""
-
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    prefix: str = "dq"
-    token: str | None = None  # at least 16 characters (ConfigError otherwise)
-    read_only: bool = False
-    sample_interval_s: float = 5.0  # how often the sampler records every queue's stats
-    window_s: float = 3600.0  # history kept for the charts (in memory)
-    bin_s: float = 60.0  # one chart point per bin
-    refresh_s: float = 5.0  # the pages reload their figures this often (0: never)
-    redis_timeout_s: float = 2.0
-    # Host header names served besides the loopback ones, token or not: without the check a
-    # web page could rebind its own name to this address (DNS rebinding), then read the
-    # dashboard and post its forms, or guess the token, from a victim's browser.
-    allowed_hosts: tuple[str, ...] = ()
-    history_queues: int = 200  # queues with charts of their own (the total covers all)
-
-    def __post_init__(self) -> None:
-        security.check_token(self.token)
-        security.check_allowed_hosts(self.allowed_hosts)
-        for name in ("sample_interval_s", "window_s", "bin_s", "redis_timeout_s"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not 0 < value < math.inf:
-                raise ConfigError(f"{name} must be a number > 0, got {value!r}")
-        if not isinstance(self.history_queues, int) or self.history_queues < 0:
-            raise ConfigError(f"history_queues must be an int >= 0, got {self.history_queues!r}")
-
-
-class Dashboard:
-    """The state behind the app: the Redis monitor, the history and who is signed in."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.monitor = Monitor(
-            settings.redis_url, settings.prefix, timeout=settings.redis_timeout_s
-        )
-        self.history = History(
-            settings.window_s, settings.sample_interval_s, settings.history_queues
-        )
-        self.sessions = security.Sessions()
-        self.signer = security.CsrfSigner()
-        self.throttle = security.SignInThrottle()
-        self.sampler_error: str | None = None
-        self._summary: tuple[float, Snapshot] | None = None
-        self._summary_lock = asyncio.Lock()
-        self._refreshing = False
-
-    async def sample_once(self) -> None:
-        """Record one sample of every registered queue."""
-        snapshot = await self.monitor.snapshot(chunk=SAMPLER_CHUNK)
-        self._summary = (time.monotonic(), snapshot)
-        t = time.time()
-        self.history.record({s.queue: sample_of(s, t) for s in snapshot.stats}, t)
-
-    async def summary(self, names: list[str]) -> tuple[Snapshot, bool, bool]:
-        """Every registered queue's stats, and whether they were read just now, and whether
-        they are stale. The sampler's latest round while it is at most one sampling interval
-        old; an older one (up to :data:`STALE_SUMMARY_S`: no sampler runs, as when the app is
-        mounted without its lifespan) is used too, stale: the page then refreshes it after its
-        response (:meth:`refresh_summary`), so that only the first page waits for all queues.
-        Read once for concurrent pages; a page never waits for a refresh in the background."""
-        kept = self._kept_summary()
-        if kept is not None:
-            return kept
-        async with self._summary_lock:
-            kept = self._kept_summary()  # read by the page this one waited for
-            if kept is not None:
-                return kept
-            snapshot = await self.monitor.snapshot(names)
-            self._summary = (time.monotonic(), snapshot)
-            return snapshot, True, False
-
-    def _kept_summary(self) -> tuple[Snapshot, bool, bool] | None:
-        if self._summary is None:
-            return None
-        taken, snapshot = self._summary
-        age = time.monotonic() - taken
-        if age <= self.settings.sample_interval_s:
-            return snapshot, False, False
-        if age <= STALE_SUMMARY_S:
-            return snapshot, False, True
-        return None
-
-    async def refresh_summary(self) -> None:
-        """Read every queue's stats again (after a page that showed stale ones)."""
-        if self._refreshing:  # another page's refresh is at it
-            return
-        self._refreshing = True
-        try:
-            snapshot = await self.monitor.snapshot(chunk=SAMPLER_CHUNK)
-            self._summary = (time.monotonic(), snapshot)
-        except Exception as exc:  # the next page reads them itself, or says Redis is down
-            log.warning("dashboard: reading the queues failed: %s", views.masked(exc))
-        finally:
-            self._refreshing = False
-
-    def summary_age(self) -> float:
-        return 0.0 if self._summary is None else time.monotonic() - self._summary[0]
-
-    async def run_sampler(self) -> None:
-        while True:
-            try:
-                await self.sample_once()
-                self.sampler_error = None
-            except Exception as exc:  # keep sampling through outages; the pages say so
-                self.sampler_error = f"{type(exc).__name__}: {views.masked(exc)}"
-                log.warning("dashboard: sampling failed: %s", views.masked(exc))
-            await asyncio.sleep(self.settings.sample_interval_s)
+__all__ = ["Dashboard", "Settings", "create_app"]
 
 
 def _page_number(request: Request) -> int:
