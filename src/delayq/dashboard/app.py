@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
@@ -23,11 +22,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.templating import Jinja2Templates
 
 from .. import TaskState
 from .._core.keys import validate_name
-from .._core.text import utf8_safe
 from .._core.urls import safe_url
 from ..exceptions import ConfigError, InvalidTaskError, RedisUnavailable, ServerError
 from . import charts, security, views
@@ -58,19 +55,6 @@ def create_app(settings: Settings | None = None) -> Starlette:
     """The dashboard as an ASGI app (serve it with uvicorn, or ``delayq dashboard``)."""
     settings = settings or Settings()
     board = Dashboard(settings)
-    env = Environment(
-        loader=FileSystemLoader(HERE / "templates"),
-        autoescape=select_autoescape(default=True, default_for_string=True),
-        # Every value printed is made encodable: a lone surrogate from Redis (from a JSON
-        # escape another producer wrote) would make the response's UTF-8 encoding raise.
-        finalize=lambda value: utf8_safe(value) if isinstance(value, str) else value,
-    )
-    env.filters.update(
-        ago=views.ago, block=views.block, duration=views.duration, error_line=views.error_line,
-        exact=views.exact, header_rows=views.header_rows, iso=views.iso, pretty=views.pretty,
-        preview=views.preview, q=views.quote_all, relative=views.relative, text=views.text,
-    )  # fmt: skip
-    templates = Jinja2Templates(env=env)
 
     def render(request: Request, template: str, status: int = 200, **context: Any) -> Response:
         caller: Caller | None = getattr(request.state, "caller", None)
@@ -81,7 +65,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             read_only=settings.read_only,
             sampler_error=board.sampler_error,
         )
-        return templates.TemplateResponse(request, template, context, status_code=status)
+        return board.templates.TemplateResponse(request, template, context, status_code=status)
 
     def problem(request: Request, status: int, title: str, detail: str) -> Response:
         return render(request, "error.html", status, title=title, detail=detail)

@@ -1,4 +1,6 @@
-"""The dashboard's state, kept on ``app.state.dashboard``: settings, monitor, history, security."""
+"""The dashboard's state: what every endpoint needs, built once by ``create_app`` and kept on
+``app.state.dashboard`` (the settings, the Redis monitor, the history behind the charts, the
+sign-in and CSRF machinery, the templates)."""
 
 from __future__ import annotations
 
@@ -7,13 +9,19 @@ import logging
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.templating import Jinja2Templates
+
+from .._core.text import utf8_safe
 from ..exceptions import ConfigError
 from . import security, views
 from .monitor import Monitor, Snapshot
 from .series import History, sample_of
 
 log = logging.getLogger(__name__)
+HERE = Path(__file__).parent
 SAMPLER_CHUNK = 200  # queues per round of the sampler (pages are served between rounds)
 STALE_SUMMARY_S = 60.0  # the main page's summary of all queues is never older than this
 
@@ -48,8 +56,26 @@ class Settings:
             raise ConfigError(f"history_queues must be an int >= 0, got {self.history_queues!r}")
 
 
+def load_templates() -> Jinja2Templates:
+    """The pages' templates, with the formatting filters of :mod:`.views`."""
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        # Every value printed is made encodable: a lone surrogate from Redis (from a JSON
+        # escape another producer wrote) would make the response's UTF-8 encoding raise.
+        finalize=lambda value: utf8_safe(value) if isinstance(value, str) else value,
+    )
+    env.filters.update(
+        ago=views.ago, block=views.block, duration=views.duration, error_line=views.error_line,
+        exact=views.exact, header_rows=views.header_rows, iso=views.iso, pretty=views.pretty,
+        preview=views.preview, q=views.quote_all, relative=views.relative, text=views.text,
+    )  # fmt: skip
+    return Jinja2Templates(env=env)
+
+
 class Dashboard:
-    """The state behind the app: the Redis monitor, the history and who is signed in."""
+    """The state behind the app (``request.app.state.dashboard``): the Redis monitor, the
+    history, who is signed in, and the templates."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -62,6 +88,7 @@ class Dashboard:
         self.sessions = security.Sessions()
         self.signer = security.CsrfSigner()
         self.throttle = security.SignInThrottle()
+        self.templates = load_templates()
         self.sampler_error: str | None = None
         self._summary: tuple[float, Snapshot] | None = None
         self._summary_lock = asyncio.Lock()
