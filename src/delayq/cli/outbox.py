@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from .common import CliError
+
 if TYPE_CHECKING:
     from ..outbox import Outbox
 
@@ -44,8 +46,6 @@ def _say(line: str) -> None:
 
 
 def _outbox(dsn: str, table: str, schema: str | None) -> Outbox:
-    from .app import CliError
-
     if not dsn:
         raise CliError("give the database with --dsn or $DATABASE_URL", code=2)
     try:
@@ -65,8 +65,6 @@ def _database_errors() -> tuple[type[BaseException], ...]:
 
 
 def _run_db(fn: Any) -> Any:
-    from .app import CliError
-
     try:
         return fn()
     except _database_errors() as exc:
@@ -74,8 +72,6 @@ def _run_db(fn: Any) -> Any:
 
 
 def _require_installed(outbox: Outbox) -> None:
-    from .app import CliError
-
     if not _run_db(outbox.installed):
         name = f"{outbox.schema}.{outbox.table}" if outbox.schema else outbox.table
         raise CliError(f"no outbox table {name!r} in that database: run delayq outbox install")
@@ -248,7 +244,6 @@ def relay(
     """
     from .._core.urls import safe_url
     from ..outbox import AsyncRelay
-    from .app import CliError
 
     level = logging.getLevelName(log_level.upper())
     if not isinstance(level, int):

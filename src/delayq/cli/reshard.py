@@ -1,18 +1,18 @@
 """``delayq reshard``: move a live queue to another shard count (docs/ha.md)."""
 
-# No "from __future__ import annotations": typer reads the command's annotations, which name
-# the shared option types imported inside register() (app.py imports this module first).
+from __future__ import annotations
+
 import sys
 from typing import Annotated
 
 import typer
 
 from .._sync.sharded import finish_reshard, reshard
+from .common import DEFAULT_URL, CliError, PrefixOpt, QueueArg, RedisOpt
 
 
 def register(app: typer.Typer) -> None:
     """Add the command to the CLI (kept apart from app.py, which knows nothing of it)."""
-    from .app import DEFAULT_URL, PrefixOpt, QueueArg, RedisOpt
 
     @app.command(name="reshard")
     def reshard_command(
@@ -36,8 +36,6 @@ def register(app: typer.Typer) -> None:
         shards=N drain the old one at its tasks' due times. Start consumers with the new
         count, then producers; --finish once the old layout is empty.
         """
-        from .app import CliError
-
         if (shards is None) == (not finish):
             raise CliError("give either --shards N or --finish", code=2)
         if finish:
