@@ -26,7 +26,7 @@ from .._core.keys import QueueKeys
 from .._core.scripts import Op
 from .._core.timing import duration_ms
 from ..exceptions import ConfigError
-from . import helptext, parse, render
+from . import helptext, outboxdb, parse, render
 from . import outbox as outbox_cli
 from . import reshard as reshard_cli
 from .common import (
@@ -271,7 +271,7 @@ def stats(
     redis: RedisOpt = DEFAULT_URL,
     prefix: PrefixOpt = "dq",
     json: JsonOpt = False,
-    outbox: outbox_cli.StatsOutboxOpt = None,
+    outbox: outboxdb.StatsOutboxOpt = None,
 ) -> None:
     """Counts per state, overdue tasks and lifetime counters (a table, or --json).
 
@@ -322,7 +322,7 @@ def stats(
                 out.print(show(rows))
             else:
                 plain(rows, titled=False)
-            outbox_cli.stats_hook(outbox, json=json)
+            outboxdb.stats_hook(outbox, json=json)
             return
         try:
             if json or not out.is_terminal:
@@ -855,8 +855,10 @@ def dashboard(
     web.serve(settings, host, port, forwarded_allow_ips=forwarded_allow_ips)
 
 
-outbox_cli.register(app)  # delayq relay, delayq outbox ... (cli/outbox.py)
-reshard_cli.register(app)  # delayq reshard (cli/reshard.py)
+# delayq relay and the delayq outbox group (cli/outbox.py), delayq reshard (cli/reshard.py).
+for part in (outbox_cli.app, reshard_cli.app):
+    app.registered_commands.extend(part.registered_commands)
+    app.registered_groups.extend(part.registered_groups)
 
 # -- entry point -----------------------------------------------------------------------------
 
