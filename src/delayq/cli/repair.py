@@ -30,7 +30,7 @@ from .common import (
     warn,
 )
 
-BATCH = 1000  # dead tasks one step of `requeue --all` moves (one script call, one bar update)
+BATCH = 1000  # dead tasks one step of `requeue --all` examines (one script call, one bar step)
 
 app = typer.Typer()  # its commands are top-level ones of `delayq` (see app.py)
 
