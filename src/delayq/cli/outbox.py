@@ -8,12 +8,14 @@ import json as jsonlib
 import logging
 import signal
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
-if TYPE_CHECKING:
-    from ..outbox import Outbox
+from .._core.text import printable
+from .._core.urls import safe_url
+from .common import CliError
+from .outboxdb import open_outbox, require_installed, run_db, say_line, status_json, status_lines
 
 DsnOpt = Annotated[
     str,
@@ -31,54 +33,13 @@ SchemaOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout, for scripts.")]
 
+# What this module adds to `delayq`: the top-level `relay` and the `outbox` group (app.py).
+app = typer.Typer()
 outbox_app = typer.Typer(
     name="outbox",
     help="The PostgreSQL outbox: install its table, see what waits, fix dead rows.",
     no_args_is_help=True,
 )
-
-
-def _say(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-
-def _outbox(dsn: str, table: str, schema: str | None) -> Outbox:
-    from .app import CliError
-
-    if not dsn:
-        raise CliError("give the database with --dsn or $DATABASE_URL", code=2)
-    try:
-        from ..outbox import Outbox
-        from ..outbox._conn import require_psycopg
-
-        require_psycopg()
-    except ImportError as exc:  # pragma: no cover - only without the extra
-        raise CliError(f"the outbox needs: pip install 'delayq[postgres]' ({exc})") from exc
-    return Outbox(dsn, table=table, schema=schema)
-
-
-def _database_errors() -> tuple[type[BaseException], ...]:
-    import psycopg
-
-    return (psycopg.Error,)
-
-
-def _run_db(fn: Any) -> Any:
-    from .app import CliError
-
-    try:
-        return fn()
-    except _database_errors() as exc:
-        raise CliError(f"PostgreSQL: {' '.join(str(exc).split())}") from exc
-
-
-def _require_installed(outbox: Outbox) -> None:
-    from .app import CliError
-
-    if not _run_db(outbox.installed):
-        name = f"{outbox.schema}.{outbox.table}" if outbox.schema else outbox.table
-        raise CliError(f"no outbox table {name!r} in that database: run delayq outbox install")
 
 
 @outbox_app.command("install")
@@ -91,9 +52,11 @@ def install(
 
     Example: delayq outbox install --dsn postgresql://app@db/shop
     """
-    outbox = _outbox(dsn, table, schema)
-    _run_db(outbox.install)
-    _say(f"outbox table {outbox.schema + '.' if outbox.schema else ''}{outbox.table} is installed")
+    outbox = open_outbox(dsn, table, schema)
+    run_db(outbox.install)
+    say_line(
+        f"outbox table {outbox.schema + '.' if outbox.schema else ''}{outbox.table} is installed"
+    )
 
 
 @outbox_app.command("status")
@@ -107,42 +70,14 @@ def status(
 
     Example: delayq outbox status --dsn postgresql://app@db/shop
     """
-    outbox = _outbox(dsn, table, schema)
-    _require_installed(outbox)
-    st = _run_db(outbox.status)
+    outbox = open_outbox(dsn, table, schema)
+    require_installed(outbox)
+    st = run_db(outbox.status)
     if json:
-        _say(jsonlib.dumps(_status_json(st)))
+        say_line(jsonlib.dumps(status_json(st)))
         return
     for line in status_lines(st):
-        _say(line)
-
-
-def _status_json(st: Any) -> dict[str, Any]:
-    return {
-        "pending": st.pending,
-        "dead": st.dead,
-        "oldest_pending_age_s": st.oldest_pending_age,
-        "queues": [
-            {
-                "prefix": q.prefix,
-                "queue": q.queue,
-                "pending": q.pending,
-                "dead": q.dead,
-                "oldest_pending_age_s": q.oldest_pending_age,
-            }
-            for q in st.queues
-        ],
-    }
-
-
-def status_lines(st: Any) -> list[str]:
-    """The outbox's status as plain lines (``delayq outbox status``)."""
-    age = "-" if st.oldest_pending_age is None else f"{st.oldest_pending_age:.3f}s"
-    lines = [f"outbox: {st.pending} pending, {st.dead} dead, oldest pending {age}"]
-    for q in st.queues:
-        q_age = "-" if q.oldest_pending_age is None else f"{q.oldest_pending_age:.3f}s"
-        lines.append(f"  {q.prefix}:{q.queue}  pending {q.pending}  dead {q.dead}  oldest {q_age}")
-    return lines
+        say_line(line)
 
 
 @outbox_app.command("dead")
@@ -157,13 +92,11 @@ def dead(
 
     Example: delayq outbox dead --dsn postgresql://app@db/shop
     """
-    from .._core.text import printable
-
-    outbox = _outbox(dsn, table, schema)
-    rows = _run_db(lambda: outbox.dead(limit))
+    outbox = open_outbox(dsn, table, schema)
+    rows = run_db(lambda: outbox.dead(limit))
     for row in rows:
         if json:
-            _say(
+            say_line(
                 jsonlib.dumps(
                     {
                         "seq": row.seq,
@@ -176,12 +109,12 @@ def dead(
                 )
             )
         else:
-            _say(
+            say_line(
                 f"{row.seq}  {printable(row.queue)}  {printable(row.task_id)}  {row.op}  "
                 f"{row.created.isoformat()}  {printable(row.error or '')}"
             )
     if not rows and not json:
-        _say("no dead rows")
+        say_line("no dead rows")
 
 
 @outbox_app.command("requeue")
@@ -194,10 +127,11 @@ def requeue(
 
     Example: delayq outbox requeue --dsn postgresql://app@db/shop
     """
-    outbox = _outbox(dsn, table, schema)
-    _say(f"{_run_db(outbox.requeue_dead)} dead rows are pending again")
+    outbox = open_outbox(dsn, table, schema)
+    say_line(f"{run_db(outbox.requeue_dead)} dead rows are pending again")
 
 
+@app.command("relay")
 def relay(
     dsn: DsnOpt = "",
     redis: Annotated[
@@ -246,15 +180,13 @@ def relay(
 
     Example: delayq relay --dsn postgresql://app@db/shop --redis redis://cache:6379/0
     """
-    from .._core.urls import safe_url
-    from ..outbox import AsyncRelay
-    from .app import CliError
+    from ..outbox import AsyncRelay  # loaded by the outbox commands alone (see open_outbox)
 
     level = logging.getLevelName(log_level.upper())
     if not isinstance(level, int):
         raise CliError(f"--log-level: unknown level {log_level!r}", code=2)
-    outbox = _outbox(dsn, table, schema)  # validates the DSN and names before connecting
-    _require_installed(outbox)
+    outbox = open_outbox(dsn, table, schema)  # validates the DSN and names before connecting
+    require_installed(outbox)
     relayer = AsyncRelay(
         dsn,
         redis,
@@ -265,8 +197,8 @@ def relay(
         name=name,
     )
     if once:
-        count = _run_db(lambda: asyncio.run(_relay_once(relayer)))
-        _say(f"relayed {count} rows")
+        count = run_db(lambda: asyncio.run(_relay_once(relayer)))
+        say_line(f"relayed {count} rows")
         return
     # This command is the program: its log lines (outages, dead rows) go to stderr.
     logging.basicConfig(
@@ -274,7 +206,7 @@ def relay(
     )
     server = None
     if metrics_port is not None:
-        from ..outbox._metrics import serve_relay_metrics
+        from ..outbox._metrics import serve_relay_metrics  # likewise
 
         server = serve_relay_metrics(outbox, relayer.stats, metrics_port, metrics_host)
         sys.stderr.write(f"delayq relay: metrics on {server.url}\n")
@@ -302,33 +234,4 @@ async def _relay_until_signal(relayer: Any) -> None:
     await relayer.run()
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``relay`` and the ``outbox`` group to the ``delayq`` command."""
-    app.command("relay")(relay)
-    app.add_typer(outbox_app, name="outbox")
-
-
-StatsOutboxOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--outbox",
-        envvar="DELAYQ_OUTBOX_DSN",
-        metavar="DSN",
-        help="Also show the PostgreSQL outbox's backlog (table delayq_outbox); env "
-        "DELAYQ_OUTBOX_DSN.",
-        show_envvar=False,
-    ),
-]
-
-
-def stats_hook(dsn: str | None, *, json: bool) -> None:
-    """What ``delayq stats --outbox DSN`` adds after the queues: the outbox's status lines
-    (with --json, one more JSON line: ``{"outbox": {...}}``)."""
-    if not dsn:
-        return
-    st = _run_db(_outbox(dsn, "delayq_outbox", None).status)
-    if json:
-        _say(jsonlib.dumps({"outbox": _status_json(st)}))
-    else:
-        for line in status_lines(st):
-            _say(line)
+app.add_typer(outbox_app, name="outbox")

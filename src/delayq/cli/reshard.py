@@ -1,54 +1,49 @@
 """``delayq reshard``: move a live queue to another shard count (docs/ha.md)."""
 
-# No "from __future__ import annotations": typer reads the command's annotations, which name
-# the shared option types imported inside register() (app.py imports this module first).
+from __future__ import annotations
+
 import sys
 from typing import Annotated
 
 import typer
 
 from .._sync.sharded import finish_reshard, reshard
+from .common import DEFAULT_URL, CliError, PrefixOpt, QueueArg, RedisOpt
+
+app = typer.Typer()  # its command is a top-level one of `delayq` (see app.py)
 
 
-def register(app: typer.Typer) -> None:
-    """Add the command to the CLI (kept apart from app.py, which knows nothing of it)."""
-    from .app import DEFAULT_URL, PrefixOpt, QueueArg, RedisOpt
+@app.command(name="reshard")
+def reshard_command(
+    queue: QueueArg,
+    shards: Annotated[
+        int | None,
+        typer.Option("--shards", min=1, max=1024, metavar="N", help="The new number of shards."),
+    ] = None,
+    finish: Annotated[
+        bool,
+        typer.Option("--finish", help="End a reshard whose previous layout is empty."),
+    ] = False,
+    redis: RedisOpt = DEFAULT_URL,
+    prefix: PrefixOpt = "dq",
+) -> None:
+    """Move a live queue to N shards, or end such a move (--finish).
 
-    @app.command(name="reshard")
-    def reshard_command(
-        queue: QueueArg,
-        shards: Annotated[
-            int | None,
-            typer.Option(
-                "--shards", min=1, max=1024, metavar="N", help="The new number of shards."
-            ),
-        ] = None,
-        finish: Annotated[
-            bool,
-            typer.Option("--finish", help="End a reshard whose previous layout is empty."),
-        ] = False,
-        redis: RedisOpt = DEFAULT_URL,
-        prefix: PrefixOpt = "dq",
-    ) -> None:
-        """Move a live queue to N shards, or end such a move (--finish).
-
-        Nothing is copied: new tasks go to the new layout and consumers opened with
-        shards=N drain the old one at its tasks' due times. Start consumers with the new
-        count, then producers; --finish once the old layout is empty.
-        """
-        from .app import CliError
-
-        if (shards is None) == (not finish):
-            raise CliError("give either --shards N or --finish", code=2)
-        if finish:
-            layout = finish_reshard(queue, redis, prefix=prefix)
-            sys.stdout.write(f"{queue}: reshard finished, {layout} shards\n")
-        else:
-            assert shards is not None
-            layout = reshard(queue, redis, shards=shards, prefix=prefix)
-            new, _, old = layout.partition("<")
-            was = "unsharded" if old == "0" else f"{old} shards"
-            sys.stdout.write(
-                f"{queue}: resharding from {was} to {new}; start consumers with shards={new}, "
-                f"then producers, then: delayq reshard {queue} --finish\n"
-            )
+    Nothing is copied: new tasks go to the new layout and consumers opened with
+    shards=N drain the old one at its tasks' due times. Start consumers with the new
+    count, then producers; --finish once the old layout is empty.
+    """
+    if (shards is None) == (not finish):
+        raise CliError("give either --shards N or --finish", code=2)
+    if finish:
+        layout = finish_reshard(queue, redis, prefix=prefix)
+        sys.stdout.write(f"{queue}: reshard finished, {layout} shards\n")
+    else:
+        assert shards is not None
+        layout = reshard(queue, redis, shards=shards, prefix=prefix)
+        new, _, old = layout.partition("<")
+        was = "unsharded" if old == "0" else f"{old} shards"
+        sys.stdout.write(
+            f"{queue}: resharding from {was} to {new}; start consumers with shards={new}, "
+            f"then producers, then: delayq reshard {queue} --finish\n"
+        )

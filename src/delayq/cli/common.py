@@ -1,0 +1,267 @@
+"""What every ``delayq`` command shares: the option types, the consoles, the errors, the
+Redis session and the translation of a failure into one ``error:`` line and an exit code.
+
+The command modules (tasks, views, repair, serving, outbox, reshard) import this module; it
+imports none of them, so the CLI's imports point one way (tests/unit/test_cli_layout.py).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from enum import StrEnum
+from typing import Annotated, Any, NoReturn
+
+import typer
+from redis.exceptions import RedisClusterException, RedisError
+from rich.console import Console
+from rich.text import Text
+
+from .. import DelayqError, DelayQueue
+from .._core import sharding
+from .._core.keys import KEY_ROLES, QueueKeys
+from .._core.text import printable
+from .._core.urls import safe_url
+from .._sync import backend, runner
+from ..exceptions import ConfigError
+from . import parse
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+CALL_TIMEOUT = 3.0  # seconds a command keeps retrying an unreachable Redis
+MAX_LIMIT = 10_000  # most tasks one page of inspect or dead lists
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+class CliError(Exception):
+    """A failure to report as one line, with an exit code."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class State(StrEnum):
+    delayed = "delayed"
+    ready = "ready"
+    inflight = "inflight"
+    dead = "dead"
+
+
+RedisOpt = Annotated[
+    str,
+    typer.Option(
+        "--redis",
+        envvar="REDIS_URL",
+        metavar="URL",
+        help="Redis URL; default $REDIS_URL. A password given here shows in ps: set REDIS_URL.",
+        show_envvar=False,
+    ),
+]
+PrefixOpt = Annotated[
+    str, typer.Option("--prefix", metavar="PREFIX", help="Key prefix of the queues.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout, for scripts.")]
+QueueArg = Annotated[str, typer.Argument(metavar="QUEUE", help="Queue name.", show_default=False)]
+DelayOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--delay", "-d", metavar="DURATION", help="Delay: 30s, 5m, 1h30m, 250ms or seconds."
+    ),
+]
+AtOpt = Annotated[
+    str | None,
+    typer.Option("--at", metavar="TIME", help="Due time, ISO 8601 with a timezone."),
+]
+AllowMissingOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-missing",
+        help="Show an unknown queue as empty instead of failing. A queue is known when the "
+        "registry (PREFIX:queues) lists it or it holds any key.",
+    ),
+]
+LimitOpt = Annotated[
+    int,
+    typer.Option(min=0, max=MAX_LIMIT, metavar="N", help=f"Most tasks to list (<= {MAX_LIMIT})."),
+]
+
+
+def bad(message: str) -> NoReturn:
+    raise CliError(message, code=2)
+
+
+def say(text: str) -> None:
+    """One line on stdout, escaped of control characters, never parsed for markup or cut."""
+    out.print(Text(printable(text)), soft_wrap=True)
+
+
+def warn(text: str) -> None:
+    err.print(Text(printable(text)), soft_wrap=True)
+
+
+# The roles of a queue's keys that hold data (the events channel is no key); and those that
+# hold tasks (what is left without them is lifetime counters and kept dedup keys).
+DATA_ROLES = tuple(role for role in KEY_ROLES if role != "events")
+TASK_ROLES = ("delayed", "tasks", "inflight", "dead")
+
+
+class Session:
+    """One Redis client shared by the queues a command touches."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        QueueKeys(prefix, "x")  # validates the prefix
+        self.url, self.prefix = url, prefix
+        try:
+            self.runner = runner.connect(url, "delayq-cli", CALL_TIMEOUT)
+            self.client = backend.resolve(self.runner.client)
+        except ConfigError as exc:
+            bad(f"--redis: {exc}")
+        except (RedisError, RedisClusterException) as exc:
+            raise CliError(f"cannot reach Redis at {safe_url(url)}: {exc}") from exc
+        self.queues: list[DelayQueue] = []
+        self._shard_counts: dict[str, int] | None = None
+
+    def queue(self, name: str, **options: Any) -> DelayQueue:
+        shards = self.shard_counts().get(name)
+        if shards is not None:
+            options.setdefault("shards", shards)  # a sharded queue is opened as one
+        q = DelayQueue(
+            name, self.client, prefix=self.prefix, reconnect_timeout=CALL_TIMEOUT, **options
+        )
+        self.queues.append(q)
+        return q
+
+    def shard_counts(self) -> dict[str, int]:
+        """The shard count Redis recorded for each sharded queue (read once per command)."""
+        if self._shard_counts is None:
+            try:
+                raw = self.runner.command("HGETALL", sharding.shards_key(self.prefix))
+            except (RedisError, DelayqError) as exc:
+                raise CliError(f"cannot read queue shard counts: {exc}") from exc
+            self._shard_counts = {n: lay.shards for n, lay in sharding.layouts_of(raw).items()}
+        return self._shard_counts
+
+    @property
+    def registry(self) -> str:
+        return QueueKeys(self.prefix, "x").registry
+
+    def registry_members(self) -> list[bytes]:
+        """The raw members of the registry set ``<prefix>:queues``."""
+        try:
+            return list(self.runner.command("SMEMBERS", self.registry))
+        except (RedisError, DelayqError) as exc:
+            raise CliError(f"cannot read {self.registry} from {safe_url(self.url)}: {exc}") from exc
+
+    def registered(self, *, quiet: bool = False) -> list[str]:
+        """The valid queue names in the registry, sorted (a warning for each invalid one)."""
+        valid = []
+        for raw in sorted(set(self.registry_members())):
+            name = raw.decode(errors="backslashreplace")
+            try:
+                QueueKeys(self.prefix, name)
+                valid.append(name)
+            except ConfigError:
+                if not quiet:
+                    warn(f"warning: skipping invalid queue name {name!r} in {self.registry}")
+        return valid
+
+    def holds_keys(self, name: str, roles: Sequence[str] = DATA_ROLES) -> int:
+        """How many of the queue's keys (of ``roles``) exist; a sharded queue's are its
+        sub-queues' (one EXISTS per sub-queue: each is its own slot)."""
+        shards = self.shard_counts().get(name)
+        names = sharding.shard_names(name, shards) if shards is not None else [name]
+        found = 0
+        for part in names:
+            keys = QueueKeys(self.prefix, part)
+            found += int(self.runner.command("EXISTS", *(keys.key(role) for role in roles)))
+        return found
+
+    def known(self, name: str) -> bool:
+        """Whether the queue exists: the registry lists it, Redis recorded its shard count,
+        or it holds any key."""
+        QueueKeys(self.prefix, name)  # validates the name
+        if int(self.runner.command("SISMEMBER", self.registry, name)):
+            return True
+        return name in self.shard_counts() or self.holds_keys(name) > 0
+
+    def require(self, name: str, allow_missing: bool | None = None) -> None:
+        """Fail with a clear error if the queue is unknown (a misspelt name), unless
+        ``allow_missing``; None: the command has no --allow-missing."""
+        if allow_missing or self.known(name):
+            return
+        close = difflib.get_close_matches(name, self.registered(quiet=True), n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        escape = "; --allow-missing shows it as empty" if allow_missing is not None else ""
+        raise CliError(
+            f"unknown queue {name!r} under prefix {self.prefix!r} (not in {self.registry} "
+            f"and holds no keys){hint}{escape}"
+        )
+
+    def close(self) -> None:
+        for q in self.queues:
+            q.close()
+        self.runner.close()
+
+
+@contextmanager
+def session(url: str, prefix: str) -> Iterator[Session]:
+    s = Session(url, prefix)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+
+def invoke(command: Any, args: list[str]) -> int:
+    """Run the built root command (a click command from ``typer.main.get_command``) on
+    ``args``; returns the exit code. Every failure is one ``error:`` line (see :func:`fail`),
+    never a traceback unless ``DELAYQ_DEBUG`` is set."""
+    try:
+        code = command.main(args, prog_name="delayq", standalone_mode=False)
+        return code if isinstance(code, int) else 0
+    except CliError as exc:
+        return fail(str(exc), exc.code)
+    except parse.BadValue as exc:
+        return fail(str(exc), 2)
+    except typer.TyperException as exc:  # usage errors from option parsing
+        hint = ""
+        ctx = getattr(exc, "ctx", None)
+        if ctx is not None:
+            hint = f" (see: {ctx.command_path} --help)"
+        return fail(exc.format_message() + hint, exc.exit_code)
+    except typer.Abort:
+        return fail("aborted", 1)
+    except KeyboardInterrupt:
+        return fail("interrupted", 130)
+    except DelayqError as exc:
+        return fail(str(exc), 2 if isinstance(exc, ValueError) else 1)
+    except RedisError as exc:
+        return fail(f"Redis error: {exc}", 1)
+    except OSError as exc:
+        return fail(str(exc), 1)
+    except Exception as exc:  # never a traceback, unless asked for
+        if os.environ.get("DELAYQ_DEBUG"):
+            raise
+        return fail(f"unexpected {type(exc).__name__}: {exc} (DELAYQ_DEBUG=1 for details)", 1)
+
+
+# Anything shaped like a URL in a message (from our own text or a library's).
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S+")
+
+
+def fail(message: str, code: int) -> int:
+    """Print ``message`` as one ``error:`` line: URLs masked (no password, in whatever form)
+    and control characters escaped (the text may quote data from Redis)."""
+    text = _URL.sub(lambda m: safe_url(m.group()), " ".join(message.split()))
+    sys.stderr.write(f"error: {printable(text)}\n")
+    sys.stderr.flush()
+    return code

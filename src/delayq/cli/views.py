@@ -1,0 +1,233 @@
+"""``delayq queues``, ``stats``, ``get``, ``inspect`` and ``dead``: read what the queues hold,
+never changing it."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import typer
+
+from .. import DelayQueue, TaskState
+from . import parse, render
+from .common import (
+    DEFAULT_URL,
+    AllowMissingOpt,
+    CliError,
+    JsonOpt,
+    LimitOpt,
+    PrefixOpt,
+    QueueArg,
+    RedisOpt,
+    State,
+    out,
+    say,
+    session,
+    warn,
+)
+from .outboxdb import StatsOutboxOpt, stats_hook
+
+app = typer.Typer()  # its commands are top-level ones of `delayq` (see app.py)
+
+
+@app.command()
+def queues(redis: RedisOpt = DEFAULT_URL, prefix: PrefixOpt = "dq", json: JsonOpt = False) -> None:
+    """List the queues in the registry (every queue that was ever offered to).
+
+    Example: delayq queues --redis redis://cache:6379/0
+    """
+    with session(redis, prefix) as s:
+        names = s.registered()
+    if json:
+        render.print_json(names)
+    elif not names:
+        warn(f"no queues under prefix {prefix!r}")
+    else:
+        for name in names:
+            say(name)
+
+
+@app.command()
+def stats(
+    queues: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="[QUEUE]...", help="Queues (default: all).", show_default=False),
+    ] = None,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until Ctrl-C.")] = False,
+    interval: Annotated[
+        float,
+        typer.Option(min=0.05, metavar="SECONDS", help="Seconds between refreshes (>= 0.05)."),
+    ] = 1.0,
+    overdue_after: Annotated[
+        str,
+        typer.Option(metavar="DURATION", help="A due task waiting longer than this is overdue."),
+    ] = "1s",
+    allow_missing: AllowMissingOpt = False,
+    redis: RedisOpt = DEFAULT_URL,
+    prefix: PrefixOpt = "dq",
+    json: JsonOpt = False,
+    outbox: StatsOutboxOpt = None,
+) -> None:
+    """Counts per state, overdue tasks and lifetime counters (a table, or --json).
+
+    A table on a terminal; piped, plain aligned lines, one per queue, never cut. With
+    --watch it refreshes every --interval seconds (--json: one line per refresh). A queue
+    named that does not exist is an error (see --allow-missing).
+
+    Example: delayq stats orders emails --watch --interval 2
+    """
+    overdue = parse.duration(overdue_after, "--overdue-after")
+    with session(redis, prefix) as s:
+        opened: dict[str, DelayQueue] = {}
+
+        checked: set[str] = set()
+
+        def read() -> list[Any]:
+            names = list(queues or []) or s.registered()
+            for n in names:
+                if n not in opened:
+                    opened[n] = s.queue(n, overdue_after=overdue)
+            rows = [opened[n].stats() for n in names]
+            for row in rows:
+                # An empty reply may be a misspelt name: checked once per named queue.
+                if queues and row.queue not in checked and not (row.total or row.counters):
+                    s.require(row.queue, allow_missing)
+                checked.add(row.queue)
+            return rows
+
+        def title() -> str:
+            return f"delayq stats ({prefix}) {time.strftime('%H:%M:%S')}"
+
+        def show(rows: list[Any]) -> Any:
+            return render.stats_table(rows, title(), out.width)
+
+        def plain(rows: list[Any], *, titled: bool) -> None:
+            if titled:
+                say(title())
+            for line in render.stats_lines(rows):
+                say(line)
+
+        if not watch:
+            rows = read()
+            if json:
+                render.print_json([render.stats_json(r) for r in rows])
+            elif not rows:
+                warn(f"no queues under prefix {prefix!r}")
+            elif out.is_terminal:
+                out.print(show(rows))
+            else:
+                plain(rows, titled=False)
+            stats_hook(outbox, json=json)
+            return
+        try:
+            if json or not out.is_terminal:
+                while True:
+                    rows = read()
+                    if json:
+                        render.print_json([render.stats_json(r) for r in rows])
+                    else:
+                        plain(rows, titled=True)
+                    time.sleep(interval)
+            # Only a live view on a terminal needs rich.live: the other commands skip it.
+            from rich.live import Live
+
+            with Live(show(read()), console=out, auto_refresh=False) as live:
+                while True:
+                    time.sleep(interval)
+                    live.update(show(read()), refresh=True)
+        except KeyboardInterrupt:
+            return
+
+
+@app.command()
+def get(
+    queue: QueueArg,
+    task_id: Annotated[str, typer.Argument(metavar="ID", help="Task id.", show_default=False)],
+    redis: RedisOpt = DEFAULT_URL,
+    prefix: PrefixOpt = "dq",
+    json: JsonOpt = False,
+) -> None:
+    """Show one task: state, times, attempts, payload, last error.
+
+    Example: delayq get orders 0P7fugl200xqAzF~ --json
+    """
+    with session(redis, prefix) as s:
+        info = s.queue(queue).get(task_id)
+        if info is None:
+            s.require(queue)
+    if info is None:
+        raise CliError(f"no task {task_id!r} in queue {queue!r}")
+    if json:
+        render.print_json(info)
+    else:
+        out.print(render.task_table(info))
+
+
+@app.command("inspect")
+def inspect_tasks(
+    queue: QueueArg,
+    state: Annotated[
+        list[State] | None,
+        typer.Option(
+            "--state",
+            "-s",
+            metavar="STATE",
+            help="Only this state: delayed, ready, inflight or dead (repeatable; default: all).",
+        ),
+    ] = None,
+    limit: LimitOpt = 20,
+    offset: Annotated[int, typer.Option(min=0, metavar="N", help="Skip this many per state.")] = 0,
+    allow_missing: AllowMissingOpt = False,
+    redis: RedisOpt = DEFAULT_URL,
+    prefix: PrefixOpt = "dq",
+    json: JsonOpt = False,
+) -> None:
+    """List tasks by state: ready (due), delayed (not yet due), inflight, dead; paged.
+
+    Order: ready and delayed by due time, inflight by lease expiry, dead oldest first.
+
+    Example: delayq inspect orders --state ready --limit 50 --offset 100
+    """
+    states = [TaskState(s.value) for s in (state or list(State))]
+    with session(redis, prefix) as s:
+        q = s.queue(queue)
+        pages = {st: q.tasks(st, limit=limit, offset=offset) for st in dict.fromkeys(states)}
+        if not any(pages.values()):
+            s.require(queue, allow_missing)
+    if json:
+        render.print_json([t for page in pages.values() for t in page])
+        return
+    for st, page in pages.items():
+        if page or len(pages) == 1:
+            out.print(render.tasks_table(page, title=f"{queue}: {st.value} ({len(page)} shown)"))
+    if not any(pages.values()):
+        warn(f"no tasks in {', '.join(st.value for st in pages)}")
+
+
+@app.command()
+def dead(
+    queue: QueueArg,
+    limit: LimitOpt = 20,
+    offset: Annotated[int, typer.Option(min=0, metavar="N", help="Skip this many.")] = 0,
+    allow_missing: AllowMissingOpt = False,
+    redis: RedisOpt = DEFAULT_URL,
+    prefix: PrefixOpt = "dq",
+    json: JsonOpt = False,
+) -> None:
+    """List dead-lettered tasks, oldest first, with the last line of their error.
+
+    The full error (a traceback) is on: delayq get QUEUE ID (and in --json).
+
+    Example: delayq dead orders --limit 100 --json
+    """
+    with session(redis, prefix) as s:
+        rows = s.queue(queue).dead(limit=limit, offset=offset)
+        if not rows:
+            s.require(queue, allow_missing)
+    if json:
+        render.print_json(rows)
+    elif rows:
+        title = f"{queue}: dead ({len(rows)} shown)"
+        out.print(render.dead_table(rows, title=title, width=out.width))
+    else:
+        warn(f"no dead tasks in {queue!r}")
