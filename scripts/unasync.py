@@ -36,6 +36,8 @@ PAIRS: list[tuple[str, str]] = [
     ("src/delayq/_async/runner.py", "src/delayq/_sync/runner.py"),
     ("src/delayq/_async/sharded.py", "src/delayq/_sync/sharded.py"),
     ("src/delayq/_async/consumer.py", "src/delayq/_sync/consumer.py"),
+    # the outbox
+    ("src/delayq/outbox/_async/outbox.py", "src/delayq/outbox/_sync/outbox.py"),
 ]
 
 # (regular expression, replacement), applied in this order to every source.
@@ -45,6 +47,7 @@ RULES: list[tuple[str, str]] = [
     (r"\bAsyncShardedQueue\b", "ShardedQueue"),
     (r"\bAsyncTask\b", "Task"),
     (r"\bAsyncConsumer\b", "Consumer"),
+    (r"\bAsyncOutbox\b", "Outbox"),
     # the language
     (r"\b__aiter__\b", "__iter__"),
     (r"\b__anext__\b", "__next__"),
@@ -55,8 +58,11 @@ RULES: list[tuple[str, str]] = [
     (r"\bawait ", ""),
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),
-    # libraries
+    # libraries: redis-py; psycopg, psycopg_pool and SQLAlchemy's classes; the outbox's
+    # connection helpers (outbox/_conn.py)
     (r"\bredis\.asyncio\b", "redis"),
+    (r"\bAsync(Connection|Cursor|Session|ConnectionPool|Engine)\b", r"\1"),
+    (r"\ba(admin|execute|check_target)\b", r"\1"),
     # words of docstrings
     (r"the asyncio front end", "the synchronous front end"),
     (r"Wait as long as it takes", "Block as long as it takes"),
