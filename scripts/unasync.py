@@ -38,6 +38,8 @@ PAIRS: list[tuple[str, str]] = [
     ("src/delayq/_async/consumer.py", "src/delayq/_sync/consumer.py"),
     # the outbox
     ("src/delayq/outbox/_async/outbox.py", "src/delayq/outbox/_sync/outbox.py"),
+    # tests of both front ends (flavor.py is written by hand on each side)
+    ("tests/integration/_async/test_smoke.py", "tests/integration/_sync/test_smoke.py"),
 ]
 
 # (regular expression, replacement), applied in this order to every source.
@@ -63,6 +65,8 @@ RULES: list[tuple[str, str]] = [
     (r"\bredis\.asyncio\b", "redis"),
     (r"\bAsync(Connection|Cursor|Session|ConnectionPool|Engine)\b", r"\1"),
     (r"\ba(admin|execute|check_target)\b", r"\1"),
+    # tests: the fixtures of tests/conftest.py
+    (r"\bmake_async_queue\b", "make_queue"),
     # words of docstrings
     (r"the asyncio front end", "the synchronous front end"),
     (r"Wait as long as it takes", "Block as long as it takes"),
