@@ -40,6 +40,7 @@ PAIRS: list[tuple[str, str]] = [
     ("src/delayq/outbox/_async/outbox.py", "src/delayq/outbox/_sync/outbox.py"),
     # tests of both front ends (flavor.py is written by hand on each side)
     ("tests/integration/_async/test_smoke.py", "tests/integration/_sync/test_smoke.py"),
+    ("tests/integration/_async/test_outbox.py", "tests/integration/_sync/test_outbox.py"),
 ]
 
 # (regular expression, replacement), applied in this order to every source.
@@ -60,6 +61,8 @@ RULES: list[tuple[str, str]] = [
     (r"\bawait ", ""),
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),
+    (r"\basynccontextmanager\b", "contextmanager"),
+    (r"\bAsyncIterator\b", "Iterator"),
     # libraries: redis-py; psycopg, psycopg_pool and SQLAlchemy's classes; the outbox's
     # connection helpers (outbox/_conn.py)
     (r"\bredis\.asyncio\b", "redis"),
