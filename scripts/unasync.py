@@ -41,6 +41,7 @@ PAIRS: list[tuple[str, str]] = [
     # tests of both front ends (flavor.py is written by hand on each side)
     ("tests/integration/_async/test_smoke.py", "tests/integration/_sync/test_smoke.py"),
     ("tests/integration/_async/test_outbox.py", "tests/integration/_sync/test_outbox.py"),
+    ("tests/integration/_async/test_faults.py", "tests/integration/_sync/test_faults.py"),
 ]
 
 # (regular expression, replacement), applied in this order to every source.
