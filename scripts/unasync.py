@@ -42,6 +42,11 @@ PAIRS: list[tuple[str, str]] = [
     ("tests/integration/_async/test_smoke.py", "tests/integration/_sync/test_smoke.py"),
     ("tests/integration/_async/test_outbox.py", "tests/integration/_sync/test_outbox.py"),
     ("tests/integration/_async/test_faults.py", "tests/integration/_sync/test_faults.py"),
+    ("tests/integration/_async/test_cluster.py", "tests/integration/_sync/test_cluster.py"),
+    (
+        "tests/integration/_async/test_connection_layer.py",
+        "tests/integration/_sync/test_connection_layer.py",
+    ),
 ]
 
 # (regular expression, replacement), applied in this order to every source.
@@ -67,6 +72,7 @@ RULES: list[tuple[str, str]] = [
     # libraries: redis-py; psycopg, psycopg_pool and SQLAlchemy's classes; the outbox's
     # connection helpers (outbox/_conn.py)
     (r"\bredis\.asyncio\b", "redis"),
+    (r"\baclose\(\)", "close()"),
     (r"\bAsync(Connection|Cursor|Session|ConnectionPool|Engine)\b", r"\1"),
     (r"\ba(admin|execute|check_target)\b", r"\1"),
     # tests: the fixtures of tests/conftest.py
