@@ -43,6 +43,11 @@ PAIRS: list[tuple[str, str]] = [
     ("tests/integration/_async/test_outbox.py", "tests/integration/_sync/test_outbox.py"),
     ("tests/integration/_async/test_faults.py", "tests/integration/_sync/test_faults.py"),
     ("tests/integration/_async/test_cluster.py", "tests/integration/_sync/test_cluster.py"),
+    ("tests/integration/_async/test_listener.py", "tests/integration/_sync/test_listener.py"),
+    (
+        "tests/integration/_async/test_worker_start.py",
+        "tests/integration/_sync/test_worker_start.py",
+    ),
     (
         "tests/integration/_async/test_connection_layer.py",
         "tests/integration/_sync/test_connection_layer.py",
@@ -56,6 +61,7 @@ RULES: list[tuple[str, str]] = [
     (r"\bAsyncShardedQueue\b", "ShardedQueue"),
     (r"\bAsyncTask\b", "Task"),
     (r"\bAsyncConsumer\b", "Consumer"),
+    (r"\bAsyncWorker\b", "Worker"),
     (r"\bAsyncOutbox\b", "Outbox"),
     # the language
     (r"\b__aiter__\b", "__iter__"),
