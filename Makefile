@@ -39,7 +39,7 @@ test: $(STAMP)  ## lint, types, generated-code check and the test suite on Redis
 docs: $(STAMP)  ## the docs site into site/ (mkdocs.yml); --strict: any warning fails the build
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
-unasync: $(STAMP)  ## regenerate the sync front end from the asyncio one
+unasync: $(STAMP)  ## regenerate the sync code (queue, outbox, tests) from its asyncio source
 	$(BIN)/python scripts/unasync.py
 
 # The peer benchmark has its own venv: the peers pin redis-py 5.x, the test venv has 8.x.

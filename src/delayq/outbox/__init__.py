@@ -9,11 +9,13 @@ committed (the ``postgres`` extra: ``pip install 'delayq[postgres]'``; docs/outb
 
 from __future__ import annotations
 
+from ._async.outbox import AsyncOutbox
 from ._metrics import OutboxCollector
-from ._outbox import AsyncOutbox, DeadRow, Outbox, OutboxStatus, QueueBacklog
 from ._relay import AsyncRelay, RelayStats
 from ._rows import QueueFormat
+from ._sync.outbox import Outbox
 from ._threaded import Relay
+from ._values import DeadRow, OutboxStatus, QueueBacklog
 
 __all__ = [
     "AsyncOutbox",

@@ -4,6 +4,10 @@ The outbox writes in the caller's transaction, so it takes the caller's own conn
 psycopg 3 (``Connection``, ``Cursor``, and their async twins) or SQLAlchemy 2 (``Session``,
 ``Connection``, ``AsyncSession``, ``AsyncConnection``). Both libraries are optional imports:
 only the one the caller uses has to be installed.
+
+Each helper's asyncio twin has the same name with an ``a`` in front (``aexecute``,
+``aadmin``, ``acheck_target``): ``scripts/unasync.py`` maps the names of ``_async/outbox.py``
+to the sync ones.
 """
 
 from __future__ import annotations
@@ -92,8 +96,17 @@ async def aexecute(conn: Any, sql: str, params: Mapping[str, Any] | None = None)
     raise ConfigError(f"conn must be {_KINDS}, not {type(conn).__name__}")
 
 
-def check_target(target: object, *, is_async: bool) -> None:
-    """Refuse at construction what :func:`admin` / :func:`aadmin` cannot connect with."""
+def check_target(target: object) -> None:
+    """Refuse at construction what :func:`admin` cannot connect with."""
+    _check_target(target, is_async=False)
+
+
+def acheck_target(target: object) -> None:
+    """Refuse at construction what :func:`aadmin` cannot connect with."""
+    _check_target(target, is_async=True)
+
+
+def _check_target(target: object, *, is_async: bool) -> None:
     if target is None or isinstance(target, str):
         return
     pool = _module("psycopg_pool")

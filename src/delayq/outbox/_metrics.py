@@ -19,8 +19,8 @@ from ..metrics._base import require_prometheus
 
 if TYPE_CHECKING:
     from ..metrics._serve import MetricsServer
-    from ._outbox import Outbox
     from ._relay import RelayStats
+    from ._sync.outbox import Outbox
 
 log = logging.getLogger("delayq.outbox")
 

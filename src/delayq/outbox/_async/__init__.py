@@ -1,0 +1,1 @@
+"""The outbox for asyncio. ``_sync`` is generated from it by ``scripts/unasync.py``."""
