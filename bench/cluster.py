@@ -65,6 +65,7 @@ from redis.cluster import RedisCluster
 
 from delayq import AsyncDelayQueue, AsyncWorker, DelayQueue, Durability, Offer
 from delayq._core import sharding
+from delayq._core.keys import QueueKeys
 from delayq.embedded import EmbeddedCluster, EmbeddedRedis, find_redis_server
 
 RESULTS = Path(__file__).parent / "results" / "cluster.json"
@@ -212,12 +213,12 @@ class Masters:
     def shard_masters(self, url: str, name: str = QUEUE) -> list[str]:
         """The master of each shard of queue ``name``, in shard order."""
         port = int(url.rsplit(":", 1)[1])
-        with DelayQueue(name, url, shards=SHARDS) as q:
-            client = RedisCluster(host="127.0.0.1", port=port)
-            try:
-                return [client.get_node_from_key(p.keys.all[0]).name for p in q.shard_queues]
-            finally:
-                client.close()
+        client = RedisCluster(host="127.0.0.1", port=port)
+        try:
+            subs = [QueueKeys("dq", sub) for sub in sharding.shard_names(name, SHARDS)]
+            return [client.get_node_from_key(keys.all[0]).name for keys in subs]
+        finally:
+            client.close()
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         """Per master: calls per command, ``usec:<command>`` (its time, a script's including

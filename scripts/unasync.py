@@ -34,7 +34,8 @@ PAIRS: list[tuple[str, str]] = [
     # the queue
     ("src/delayq/_async/queue.py", "src/delayq/_sync/queue.py"),
     ("src/delayq/_async/runner.py", "src/delayq/_sync/runner.py"),
-    ("src/delayq/_async/sharded.py", "src/delayq/_sync/sharded.py"),
+    ("src/delayq/_async/shard.py", "src/delayq/_sync/shard.py"),
+    ("src/delayq/_async/reshard.py", "src/delayq/_sync/reshard.py"),
     ("src/delayq/_async/consumer.py", "src/delayq/_sync/consumer.py"),
     # the outbox
     ("src/delayq/outbox/_async/outbox.py", "src/delayq/outbox/_sync/outbox.py"),
@@ -58,8 +59,8 @@ PAIRS: list[tuple[str, str]] = [
 RULES: list[tuple[str, str]] = [
     # the public names of the two front ends
     (r"\bAsyncDelayQueue\b", "DelayQueue"),
-    (r"\bAsyncShardedQueue\b", "ShardedQueue"),
     (r"\bAsyncTask\b", "Task"),
+    (r"\bAsyncShard\b", "Shard"),
     (r"\bAsyncConsumer\b", "Consumer"),
     (r"\bAsyncWorker\b", "Worker"),
     (r"\bAsyncOutbox\b", "Outbox"),

@@ -98,10 +98,11 @@ def hide_announcements(monkeypatch: pytest.MonkeyPatch, producer: Any, prefix: s
     elsewhere = f"{prefix}:nobody-listens"
     keys = list(producer.keys.all)
     assert keys[-1] == producer.keys.channel
-    monkeypatch.setattr(producer, "_key_list", (*keys[:-1], elsewhere))
+    shard = producer._engine(producer.name)  # the unsharded queue's one shard
+    monkeypatch.setattr(shard, "_key_list", (*keys[:-1], elsewhere))
     single = list(producer.keys.offer_one)
     assert single[-1] == producer.keys.channel
-    monkeypatch.setattr(producer, "_offer_one_keys", (*single[:-1], elsewhere))
+    monkeypatch.setattr(shard, "_offer_one_keys", (*single[:-1], elsewhere))
     return elsewhere
 
 

@@ -9,7 +9,7 @@ queue = DelayQueue("receipts", redis=REDIS_URL)
 queue.offer_many([({"order_id": n}, 0) for n in range(1, 101)])
 
 # The loop Redisson users write. Each ack also fetches the next due tasks (up to
-# prefetch=8) in its own round trip, so the next take() costs none.
+# fetch_ahead=8) in its own round trip, so the next take() costs none.
 for _ in range(50):
     task = queue.take()
     task.ack()  # raises LeaseLost if the lease ran out meanwhile, as before

@@ -27,7 +27,13 @@ while done < 100:
     assert all(queue.ack_many(batch))
     done += len(batch)
 
-# The shard count is recorded in Redis: another count is refused, not silently split.
+# The layout is recorded in Redis: a queue opened without shards= follows it (consumers,
+# workers, the CLI); another count is refused, not silently split.
+with DelayQueue("payments", redis=REDIS_URL) as follower:
+    follower.offer({"order_id": 1}, delay=0)
+    task = follower.take()
+    print("follower:", follower.shards, "shards, task of", task.queue.name)
+    task.ack()
 other = DelayQueue("payments", redis=REDIS_URL, shards=4)
 try:
     other.stats()

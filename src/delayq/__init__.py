@@ -3,7 +3,6 @@
 import logging as _logging
 
 from ._async.queue import AsyncDelayQueue, AsyncTask
-from ._async.sharded import AsyncShardedQueue
 from ._core.durability import Durability
 from ._core.handling import Reject, Retry, WorkerHealth
 from ._core.models import (
@@ -17,7 +16,6 @@ from ._core.models import (
 )
 from ._core.offers import Offer, OfferOutcome, TaskId
 from ._sync.queue import DelayQueue, Task
-from ._sync.sharded import ShardedQueue
 from ._workers.async_worker import AsyncWorker
 from ._workers.background import AsyncBackgroundWorker, BackgroundWorker, listen
 from ._workers.common import Hooks
@@ -49,7 +47,6 @@ _logging.getLogger("delayq").addHandler(_logging.NullHandler())
 __all__ = [
     "AsyncBackgroundWorker",
     "AsyncDelayQueue",
-    "AsyncShardedQueue",
     "AsyncTask",
     "AsyncWorker",
     "BackgroundWorker",
@@ -76,7 +73,6 @@ __all__ = [
     "Reject",
     "Retry",
     "ServerError",
-    "ShardedQueue",
     "Stats",
     "Task",
     "TaskId",

@@ -26,7 +26,7 @@ def test_pipelined_chunks_recover_from_a_script_flush_in_order(make_queue, clien
         [build_offer(q._codec, Offer(n, 60)) for n in range(3)],
     ]
     client.script_flush()  # every pipelined call now answers NOSCRIPT
-    replies = q._write(
+    replies = q._engine(q.name).write(
         Op.OFFER,
         [protocol.offer_args(DedupMode.KEEP, chunk) for chunk in chunks],
         [spec.id for chunk in chunks for spec in chunk],

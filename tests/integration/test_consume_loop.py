@@ -91,7 +91,7 @@ def test_poll_loop_costs_one_script_call_per_task_and_nothing_more_once_idle(
 def test_prefetch_zero_keeps_two_round_trips_and_acks_work(
     make_queue: Callable[..., DelayQueue], client: redis.Redis
 ) -> None:
-    q = make_queue("plain", prefetch=0)
+    q = make_queue("plain", fetch_ahead=0)
     q.offer_many([(i, 0) for i in range(50)])
     before = script_calls(client)
     for _ in range(50):
@@ -101,12 +101,12 @@ def test_prefetch_zero_keeps_two_round_trips_and_acks_work(
     assert q.stats().counters["acked"] == 50
 
 
-def test_bad_prefetch_is_refused(make_queue: Callable[..., DelayQueue]) -> None:
+def test_bad_fetch_ahead_is_refused(make_queue: Callable[..., DelayQueue]) -> None:
     from delayq import ConfigError
 
     for bad in (-1, 101, 1.5, True, "8"):
-        with pytest.raises(ConfigError, match="prefetch"):
-            make_queue("bad", prefetch=bad)
+        with pytest.raises(ConfigError, match="fetch_ahead"):
+            make_queue("bad", fetch_ahead=bad)
 
 
 async def test_async_take_ack_loop_costs_one_script_call_per_task(
@@ -256,7 +256,7 @@ def test_lost_reply_of_a_plain_ack_is_answered_from_its_receipt(
     of an ack whose reply was lost (one lease of three lost before it) answers as the first
     call did, counting each ack once."""
     producer = make_queue("lostack", visibility_timeout=30)
-    q = make_queue("lostack", redis=proxy.url, prefetch=0)
+    q = make_queue("lostack", redis=proxy.url, fetch_ahead=0)
     producer.offer_many([(i, 0) for i in range(3)])
     tasks = q.poll_many(3, timeout=1)
     q.release(tasks[1])  # its lease is gone before the ack
@@ -444,7 +444,7 @@ def test_sharded_ack_many_across_shards_reports_each_lease(
         tasks = []
         while len(tasks) < 40:
             tasks += q.poll_many(40, timeout=1)
-        assert len({t.queue.name for t in tasks if t.queue}) == 4, "not spread over the shards"
+        assert len({t._shard.name for t in tasks if t._shard}) == 4, "not spread over the shards"
         lost = tasks[7]
         lost.nack()  # its lease is gone: the batch must report it, and only it
         again = wait_until(lambda: other.poll(timeout=0.2), timeout=10)

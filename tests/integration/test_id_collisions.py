@@ -98,14 +98,15 @@ def test_a_resent_offer_is_recognised_as_itself(make_queue) -> None:
     q = make_queue()
     spec = protocol.OfferSpec(protocol.new_task_id(), "d60000", b'="same"')
     one = [spec.id, spec.due, spec.envelope]
-    assert q._run(Op.OFFER_ONE, one, keys=q._offer_one_keys) == 1
-    assert q._run(Op.OFFER_ONE, one, keys=q._offer_one_keys) == 0
+    shard = q._engine(q.name)  # the unsharded queue's one shard
+    assert shard.run(Op.OFFER_ONE, one, keys=shard._offer_one_keys) == 1
+    assert shard.run(Op.OFFER_ONE, one, keys=shard._offer_one_keys) == 0
     other = [spec.id, spec.due, b'="other"']
-    assert q._run(Op.OFFER_ONE, other, keys=q._offer_one_keys) == protocol.ID_TAKEN
+    assert shard.run(Op.OFFER_ONE, other, keys=shard._offer_one_keys) == protocol.ID_TAKEN
     args = protocol.offer_args(q._dedup, [spec])
-    assert protocol.parse_offer(q._run(Op.OFFER, args)) == [(spec.id, 0)]
+    assert protocol.parse_offer(shard.run(Op.OFFER, args)) == [(spec.id, 0)]
     args = protocol.offer_args(q._dedup, [spec._replace(envelope=b'="other"')])
-    assert protocol.parse_offer(q._run(Op.OFFER, args)) == [(spec.id, 3)]
+    assert protocol.parse_offer(shard.run(Op.OFFER, args)) == [(spec.id, 3)]
     assert q.stats().delayed == 1 and payload_of(q, spec.id) == "same"
 
 

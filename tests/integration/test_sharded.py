@@ -18,15 +18,14 @@ from redis.cluster import RedisCluster
 
 from delayq import (
     AsyncDelayQueue,
-    AsyncShardedQueue,
     ConfigError,
     DelayQueue,
     Offer,
-    ShardedQueue,
     Worker,
 )
 from delayq._core import sharding
-from delayq._sync.sharded import finish_reshard, reshard
+from delayq._core.keys import QueueKeys
+from delayq._sync.reshard import finish_reshard, reshard
 from delayq.embedded import EmbeddedCluster
 from delayq.metrics import QueueCollector
 
@@ -47,19 +46,22 @@ def test_shard_names_spread_over_the_slot_space() -> None:
         sharding.shard_names("x" * 190, 4)
 
 
-def test_sharded_queue_is_a_delay_queue_with_shards(make_queue) -> None:
+def test_a_sharded_queue_is_the_one_queue_class(make_queue) -> None:
     q = make_queue("orders", shards=4)
-    assert isinstance(q, ShardedQueue) and isinstance(q, DelayQueue)
-    assert q.shards == 4 and len(q.shard_queues) == 4
+    assert type(q) is DelayQueue and q.shards is None  # the layout is read on first use
+    q.offer(1, delay=60)
+    assert q.shards == 4
     plain = make_queue("plain")
     assert type(plain) is DelayQueue
+    plain.offer(1, delay=60)
+    assert plain.shards == 1
 
 
 def test_offers_spread_over_shards_and_come_back(make_queue, client, prefix) -> None:
     q = make_queue("orders", shards=4, visibility_timeout=5)
     ids = q.offer_many([(n, 0) for n in range(400)])
     single = q.offer("one", delay=0)
-    per_shard = [part.stats().ready for part in q.shard_queues]
+    per_shard = [part.ready for part in q.stats().shards]
     assert sum(per_shard) == 401 and min(per_shard) > 50  # spread, roughly evenly
     assert q.get(single).payload == "one"  # found on its shard by id alone
     got: list[str] = []
@@ -100,21 +102,25 @@ def test_caller_id_with_a_key_is_still_found_by_id(make_queue) -> None:
     assert not q.cancel("order-7-close")
 
 
-def test_a_different_shard_count_is_refused(make_queue) -> None:
+def test_a_different_shard_count_is_refused_and_none_follows_redis(make_queue) -> None:
     q = make_queue("orders", shards=4)
     q.offer(1, delay=60)
-    with pytest.raises(ConfigError, match="has 4 shards in Redis"):
+    with pytest.raises(ConfigError, match=r"has 4 shard\(s\) in Redis, not 8"):
         make_queue("orders", shards=8).offer(1, delay=60)
-    with pytest.raises(ConfigError, match="open it with shards=4"):
-        make_queue("orders").offer(1, delay=60)
-    with pytest.raises(ConfigError, match="has 4 shards"):
-        make_queue("orders", shards=2).poll(timeout=0)
+    with pytest.raises(ConfigError, match=r"has 4 shard\(s\)"):
+        make_queue("orders", shards=2).poll(timeout=0)  # consumers too
+    follower = make_queue("orders")  # no shards=: the layout Redis recorded
+    follower.offer(2, delay=60)
+    assert follower.shards == 4 and q.stats().delayed == 2
+    plain = make_queue("plain")
+    plain.offer(1, delay=60)
+    with pytest.raises(ConfigError, match="unsharded in Redis"):
+        make_queue("plain", shards=4).offer(1, delay=60)
 
 
 def test_consumers_take_from_every_shard_fairly(make_queue) -> None:
     """A busy shard does not starve the others: each poll starts at the next shard."""
     q = make_queue("orders", shards=4)
-    busy = q.shard_queues[0]
     busy_ids = set()
     draws = iter(range(10**6))
     for n in range(200):
@@ -128,7 +134,7 @@ def test_consumers_take_from_every_shard_fairly(make_queue) -> None:
         if any(t.id in others for t in batch):
             seen_other_at.append(i)
     assert seen_other_at and seen_other_at[0] < 4
-    assert busy.stats().ready > 0  # the busy shard still had work: the others were not starved
+    assert q.stats().shards[0].ready > 0  # the busy shard still had work: none was starved
 
 
 def test_an_idle_sharded_consumer_looks_at_each_shard_once_then_sleeps(
@@ -182,7 +188,7 @@ def test_worker_on_a_sharded_queue(make_queue) -> None:
 
 async def test_async_sharded_queue(make_async_queue) -> None:
     q = make_async_queue("orders", shards=4)
-    assert isinstance(q, AsyncShardedQueue) and isinstance(q, AsyncDelayQueue)
+    assert type(q) is AsyncDelayQueue
     ids = await q.offer_many([(n, 0) for n in range(100)])
     got = []
     while len(got) < 100:
@@ -208,7 +214,8 @@ def test_sixteen_shards_spread_over_three_masters(cluster: EmbeddedCluster, pref
     url = f"redis+cluster://127.0.0.1:{cluster.nodes[0].port}"
     with DelayQueue("promo", url, prefix=prefix, shards=16) as q:
         client = RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
-        owners = Counter(client.get_node_from_key(p.keys.all[0]).name for p in q.shard_queues)
+        subs = [QueueKeys(prefix, n) for n in sharding.shard_names("promo", 16)]
+        owners = Counter(client.get_node_from_key(k.all[0]).name for k in subs)
         client.close()
         assert len(owners) == 3 and all(4 <= n <= 7 for n in owners.values()), owners
         ids = q.offer_many([(n, 0) for n in range(1000)])
@@ -264,9 +271,7 @@ def test_reshard_a_plain_queue_live(make_queue, redis_server, prefix, client) ->
     held = old.offer("held by key", delay=60, key="close:42")
     assert reshard("orders", redis_server.url, shards=4, prefix=prefix) == "4<0"
     assert client.hget(f"{prefix}:shards", "orders") == b"4<0"
-    with pytest.raises(ConfigError, match="open it with shards=4"):
-        make_queue("orders").offer(1, delay=1)
-    q = make_queue("orders", shards=4, visibility_timeout=5)
+    q = make_queue("orders", visibility_timeout=5)  # follows the recorded layout
     # A dedup key still live in the old layout stays there: dedup holds across the move.
     assert q.offer("again", delay=60, key="close:42") == held
     assert q.get(held) is not None and q.get(old_ids[0]) is not None

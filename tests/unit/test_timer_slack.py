@@ -7,7 +7,7 @@ import asyncio
 import time
 
 from delayq._async import backend as async_backend
-from delayq._async.queue import _timer_left
+from delayq._core.wakeups import plan_wait
 from delayq._sync import backend as sync_backend
 
 
@@ -32,13 +32,21 @@ async def test_wait_out_returns_at_its_time_and_lets_other_tasks_run() -> None:
 
 
 def test_the_timer_stops_short_of_a_due_time_but_not_of_a_timeout() -> None:
-    now = time.monotonic()
-    due = now + 1.0
-    left = _timer_left(due, due)  # waiting for a due time
-    assert 1.0 - async_backend.TIMER_SLACK - 0.01 < left <= 1.0 - async_backend.TIMER_SLACK
-    timeout = now + 0.5
-    assert 0.49 < _timer_left(timeout, due) <= 0.5  # the caller's timeout comes first: in full
-    assert 0 < async_backend.TIMER_SLACK < 0.005
+    slack = async_backend.TIMER_SLACK
+    assert 0 < slack < 0.005
+    plan = plan_wait(100.0, [101.0], None, slack)  # waiting for a due time
+    assert plan.until == 101.0 and plan.timer_s == 1.0 - slack
+    plan = plan_wait(100.0, [101.0], 100.5, slack)  # the caller's timeout comes first: in full
+    assert plan.until == 100.5 and plan.timer_s == 0.5
+
+
+def test_the_wait_is_for_the_earliest_shard() -> None:
+    plan = plan_wait(10.0, [12.0, 10.25, 30.0], None, 0.0)
+    assert plan.until == 10.25 and plan.timer_s == 0.25
+    plan = plan_wait(10.0, [12.0, 9.0], None, 0.001)  # one is overdue: no timer wait
+    assert plan.until == 9.0 and plan.timer_s < 0
+    plan = plan_wait(10.0, [12.0], 12.0, 0.001)  # a deadline equal to the due time
+    assert plan.until == 12.0 and plan.timer_s == 2.0 - 0.001
 
 
 def test_threads_wait_without_slack() -> None:

@@ -1,4 +1,9 @@
-"""AsyncDelayQueue: the asyncio front end.
+"""AsyncDelayQueue: the asyncio front end, the one face of a queue on every layout.
+
+A queue's tasks live in one shard (an unsharded queue), in N (a sharded one) or in both
+layouts' while it is resharded: Redis records which (``sharding.Layout``), and the queue reads
+it on first use and follows it when it changes, routing each call to its shards
+(``shard.py``) with the pure sharding code.
 
 The sync ``DelayQueue`` in ``_sync/queue.py`` is generated from this file by
 ``scripts/unasync.py``; edit here and regenerate.
@@ -7,16 +12,14 @@ The sync ``DelayQueue`` in ``_sync/queue.py`` is generated from this file by
 from __future__ import annotations
 
 import copy
-import dataclasses
+import difflib
 import logging
-import time
 import weakref
-from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Generic, NamedTuple, Self, cast
+from typing import Any, Generic, Self, cast
 
 from .._core import protocol, sharding
 from .._core.codecs import PayloadT, PayloadType, check_codec
@@ -41,24 +44,24 @@ from .._core.offers import (
     build_plain_offer,
     build_plain_offers,
     check_conflicts,
-    task_ids_of,
 )
-from .._core.protocol import FetchResult, OfferSpec, Policy, RawTask
+from .._core.protocol import FetchResult, OfferSpec, Policy
 from .._core.scripts import Op
-from .._core.text import printable, utf8_safe
+from .._core.text import printable
 from .._core.timing import Duration, due_spec, duration_ms
+from .._core.wakeups import plan_wait
 from ..exceptions import (
     ConfigError,
     DecodeError,
     InvalidTaskError,
     LeaseLost,
-    NotDurable,
     QueueClosed,
     RedisUnavailable,
     ServerError,
 )
 from . import backend, runner
 from .consumer import AsyncConsumer
+from .shard import AsyncShard, ShardSettings, Watch, acked_of
 
 log = logging.getLogger("delayq")
 
@@ -80,6 +83,8 @@ class AsyncTask(Generic[PayloadT]):
     # Set once an ack, nack, retry, release or reject of this delivery went through (consume()
     # then leaves it alone).
     _settled: bool = field(default=False, init=False, repr=False, compare=False)
+    # The shard that leased it: its settling calls go there, whatever the layout is by then.
+    _shard: AsyncShard | None = field(default=None, repr=False, compare=False)
 
     @property
     def due_at(self) -> datetime:
@@ -113,14 +118,17 @@ class AsyncTask(Generic[PayloadT]):
         """Fail this attempt; deliver again after ``delay`` or the queue's backoff."""
         await self._queue().retry(self, delay, error=error)
 
+    async def release(self) -> None:
+        """Hand the task back unstarted; see :meth:`AsyncDelayQueue.release`."""
+        await self._queue().release(self)
+
+    async def reject(self, error: str) -> None:
+        """Dead-letter the task now; see :meth:`AsyncDelayQueue.reject`."""
+        await self._queue().reject(self, error)
+
     async def extend(self, seconds: Duration) -> datetime:
         """Extend the lease; see :meth:`AsyncDelayQueue.extend`."""
         return await self._queue().extend(self, seconds)
-
-
-def _acked(reply: Sequence[Any]) -> list[bool]:
-    """An ack script's reply: True where the task was acked, False where its lease was lost."""
-    return [int(status) != 0 for status in reply]
 
 
 def _settled(tasks: Sequence[AsyncTask], acked: list[bool]) -> list[bool]:
@@ -134,51 +142,64 @@ def _settled(tasks: Sequence[AsyncTask], acked: list[bool]) -> list[bool]:
     return results
 
 
-def _timer_left(until: float, wake_at: float) -> float:
-    """Seconds to wait by the timer: a due time (``until == wake_at``) to TIMER_SLACK before
-    it, the rest yielded away by backend.wait_out; the caller's own timeout in full."""
-    slack = backend.TIMER_SLACK if until == wake_at else 0.0
-    return until - backend.monotonic() - slack
+def _news_since(shards: Sequence[AsyncShard]) -> Callable[[], bool]:
+    """Whether any of ``shards``' channels announced something since now."""
+    marks = [shard.notifier.mark() for shard in shards]
+    return lambda: any(s.notifier.mark() != m for s, m in zip(shards, marks, strict=True))
 
 
-class _Quiet(NamedTuple):
-    """What an empty look at Redis found: nothing due before ``wake_at`` (monotonic), unless
-    the notifier has news after ``mark``."""
-
-    mark: int
-    wake_at: float
-    fetched_at: float
-    result: FetchResult
+def _leaving_order(info: TaskInfo) -> tuple[float, int]:
+    when = info.due_at or info.lease_expires_at or info.dead_at
+    return (when.timestamp() if when is not None else 0.0, -info.priority)
 
 
 @dataclass(eq=False)
-class _Ahead:
-    """Tasks a consumer loop's ack fetched ahead for the next take(), with when they were
-    leased (monotonic), and the loop's pace, which bounds how many are worth fetching."""
+class _Routes:
+    """The shards of the layout Redis recorded for a queue, as last read (monotonic)."""
 
-    tasks: deque[tuple[Any, float]] = field(default_factory=deque)
-    consuming: bool = False  # take()/poll() handed a task out: acks may fetch ahead
-    last_ack: float = 0.0
-    pace: float | None = None  # seconds between acks, smoothed
+    layout: sharding.Layout | None  # None: unsharded, one shard under the queue's own name
+    current: list[AsyncShard]
+    previous: list[AsyncShard]  # a reshard's previous layout: drained, not offered to
+    read_at: float
 
-    def want(self, prefetch: int, lease_ms: int) -> int:
-        """How many tasks the next ack should fetch ahead: as many as the loop hands out in
-        a quarter of the lease at its pace (so each keeps at least half of it), at least one
-        and at most ``prefetch``; none outside a take()/poll() loop."""
-        if not self.consuming or prefetch == 0 or lease_ms == 0:
-            return 0
-        now = time.monotonic()
-        if self.last_ack:
-            gap = now - self.last_ack
-            self.pace = gap if self.pace is None else 0.8 * self.pace + 0.2 * gap
-        self.last_ack = now
-        if self.pace is None:
-            return 1
-        return max(1, min(prefetch, int(lease_ms / 4000 / max(self.pace, 1e-6))))
+    @property
+    def every(self) -> list[AsyncShard]:
+        return self.current + self.previous
+
+    def home(self, route: str) -> AsyncShard:
+        """The shard of a routing value (a dedup key or a task id) in the current layout."""
+        return self.current[sharding.shard_of(route, len(self.current))]
+
+    def searched(self, task_id: str) -> list[AsyncShard]:
+        """Where to look for a task by id: its shard first (where every id drawn here routes),
+        then the previous layout's shard for it, then the rest."""
+        first = [self.home(task_id)]
+        if self.previous:
+            first.append(self.previous[sharding.shard_of(task_id, len(self.previous))])
+        return first + [shard for shard in self.every if shard not in first]
+
+
+@dataclass(eq=False)
+class _Shared:
+    """What a queue and its ``with_policy`` views share: connections, shards, the layout."""
+
+    runner: runner.Runner
+    owns_runner: bool
+    settings: ShardSettings
+    sharded_channel: bool
+    bell: backend.Bell = field(default_factory=backend.Bell)
+    engines: dict[str, AsyncShard] = field(default_factory=dict)
+    routes: _Routes | None = None
+    known: bool | None = None  # Redis has seen the queue (registry); None: not asked yet
+    warned_unknown: bool = False
+    registered: bool = False
 
 
 class AsyncDelayQueue(Generic[PayloadT]):
     """A delayed queue on Redis: tasks are delivered at their due time to one consumer each.
+
+    The same class serves every layout: one slot, N shards (``shards=N`` creates one), or both
+    during a reshard (:func:`reshard`); tasks point at it whatever shard they came from.
 
     Args:
         name: queue name (the Redis hash tag of all its keys).
@@ -210,23 +231,18 @@ class AsyncDelayQueue(Generic[PayloadT]):
         durability: a :class:`Durability`: after each offer (and ack, if it says so) wait
             until that many replicas (or append-only files) confirm the write, on the
             connection that made it; None (default) answers as soon as the master has it.
-        prefetch: in a ``take()``/``poll()`` then ``ack()`` loop, how many due tasks an ack
-            may fetch ahead in its own round trip (fewer when the loop is slow: each keeps at
-            least half its lease); 0: none, two round trips per task. ``close()`` hands them
-            back at once.
-        shards: spread the queue over this many sub-queues, each under its own hash tag (so
-            on its own cluster slot, spread over the masters); None for one. Opening a queue
-            with another count than Redis recorded for it is a :class:`ConfigError`.
+        fetch_ahead: in a ``take()``/``poll()`` then ``ack()`` loop, how many due tasks an
+            ack may fetch ahead in its own round trip (fewer when the loop is slow: each keeps
+            at least half its lease); 0: none, two round trips per task. ``close()`` hands
+            them back at once.
+        shards: only to create a sharded queue: spread it over this many sub-queues, each
+            under its own hash tag (so on its own cluster slot, spread over the masters). A
+            queue otherwise follows the layout Redis recorded for it (one slot, N shards, or
+            both while it is resharded), consumers and producers alike; a count that disagrees
+            with Redis is a :class:`ConfigError` at first use.
+        create: the queue is meant to be new: register it at first use, so that a consumer
+            opened before any producer does not warn that Redis has never seen it.
     """
-
-    # The sharded front end (``sharded.py``) registers itself here: a queue made with
-    # ``shards=N`` is one of those, without this module importing the layer above it.
-    _sharded_class: type | None = None
-
-    def __new__(cls, *args: Any, shards: int | None = None, **options: Any) -> Any:
-        if shards is not None and cls is AsyncDelayQueue and cls._sharded_class is not None:
-            return object.__new__(cls._sharded_class)
-        return object.__new__(cls)
 
     def __init__(
         self,
@@ -246,14 +262,15 @@ class AsyncDelayQueue(Generic[PayloadT]):
         overdue_after: Duration = 1.0,
         prefix: str = "dq",
         durability: Durability | None = None,
-        prefetch: int = 8,
+        fetch_ahead: int = 8,
         shards: int | None = None,
+        create: bool = False,
     ) -> None:
-        if shards is not None and type(self) is AsyncDelayQueue:
-            raise ConfigError("shards= needs the sharded front end (import delayq)")
         self._keys = QueueKeys(prefix, name)
-        self._key_list = self._keys.all
-        self._offer_one_keys = self._keys.offer_one
+        if shards is not None:
+            sharding.shard_names(name, sharding.check_shards(shards))  # the name fits
+        self._shards = shards
+        self._create = create
         if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
             raise ConfigError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
         if not isinstance(max_payload_bytes, int) or max_payload_bytes < 1:
@@ -262,9 +279,15 @@ class AsyncDelayQueue(Generic[PayloadT]):
             )
         if not isinstance(ack, bool):
             raise ConfigError(f"ack must be True or False, got {ack!r}")
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 0 <= prefetch <= 100:
-            raise ConfigError(f"prefetch must be an int from 0 to 100, got {prefetch!r}")
-        self._prefetch = prefetch
+        if not isinstance(create, bool):
+            raise ConfigError(f"create must be True or False, got {create!r}")
+        if (
+            isinstance(fetch_ahead, bool)
+            or not isinstance(fetch_ahead, int)
+            or not 0 <= fetch_ahead <= 100
+        ):
+            raise ConfigError(f"fetch_ahead must be an int from 0 to 100, got {fetch_ahead!r}")
+        self._fetch_ahead = fetch_ahead
         try:
             self._dedup = DedupMode(dedup)
             lease_ms = duration_ms(visibility_timeout, "visibility_timeout", allow_zero=False)
@@ -288,8 +311,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         if durability is not None and not isinstance(durability, Durability):
             raise ConfigError(f"durability must be a Durability, got {durability!r}")
         self._durability = durability
-        self._owns_runner = not isinstance(redis, runner.Runner)
-        self._runner = runner.connect(
+        conn = runner.connect(
             redis,
             f"delayq:{name}",
             reconnect_s,
@@ -298,17 +320,21 @@ class AsyncDelayQueue(Generic[PayloadT]):
         )
         # How long a call's receipt lives, so that a resend is answered from it: longer than
         # any retry of ours (reconnect_timeout) plus redis-py's own.
-        self._receipt_ms = int(self._runner.reconnect_s * 1000) + 5000
-        if self._runner.topology is Topology.CLUSTER:  # wake-ups on the slot's node only
-            self._keys = dataclasses.replace(self._keys, sharded_channel=True)
-            self._key_list = self._keys.all
-            self._offer_one_keys = self._keys.offer_one
-        self._notifier = backend.Notifier(self._runner.client, self._keys.channel)
-        self._quiet: _Quiet | None = None
-        self._registered = False
+        receipt_ms = int(conn.reconnect_s * 1000) + 5000
+        self._shared = _Shared(
+            runner=conn,
+            owns_runner=not isinstance(redis, runner.Runner),
+            settings=ShardSettings(name, self._codec, durability, receipt_ms),
+            # On a cluster, wake-ups go out on the slot's node only (a shard channel).
+            sharded_channel=conn.topology is Topology.CLUSTER,
+        )
+        self._runner = conn
+        if self._shared.sharded_channel:
+            self._keys = QueueKeys(prefix, name, sharded_channel=True)
+        self._watches: dict[str, Watch] = {}
+        self._turn = 0  # the shard a consumer looks at first, taken in turn
         self._closed = False
         self._base: AsyncDelayQueue[PayloadT] | None = None  # set on a view (with_policy)
-        self._ahead = _Ahead()
         self._views: weakref.WeakSet[AsyncDelayQueue[PayloadT]] = weakref.WeakSet()
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -320,8 +346,21 @@ class AsyncDelayQueue(Generic[PayloadT]):
 
     @property
     def keys(self) -> QueueKeys:
-        """The queue's Redis key names."""
+        """The key names of the queue unsharded (a sharded queue's shards have their own)."""
         return self._keys
+
+    @property
+    def shards(self) -> int | None:
+        """How many shards new tasks go to, as Redis recorded it when this queue last looked
+        (1 for an unsharded queue); None before its first call."""
+        routes = self._shared.routes
+        return None if routes is None else len(routes.current)
+
+    @property
+    def known(self) -> bool | None:
+        """Whether Redis has seen this queue (a producer offered to it, or it was created);
+        None before its first call. A consumer of an unknown queue warns and waits."""
+        return self._shared.known
 
     @property
     def policy(self) -> QueuePolicy:
@@ -348,10 +387,9 @@ class AsyncDelayQueue(Generic[PayloadT]):
         view = copy.copy(self)
         view._policy = policy
         view._base = self._base or self
-        view._owns_runner = False
-        view._quiet = None
+        view._watches = {}
+        view._turn = 0
         view._closed = False
-        view._ahead = _Ahead()
         view._views = weakref.WeakSet()
         (self._base or self)._views.add(view)
         return view
@@ -366,9 +404,11 @@ class AsyncDelayQueue(Generic[PayloadT]):
         self._closed = True
         if self._base is not None:
             return  # a view: the connections are its base queue's
-        await self._notifier.close()
-        if self._owns_runner:
-            await self._runner.close()
+        shared = self._shared
+        for shard in list(shared.engines.values()):
+            await shard.close()
+        if shared.owns_runner:
+            await shared.runner.close()
 
     async def __aenter__(self) -> AsyncDelayQueue[PayloadT]:
         return self
@@ -389,6 +429,133 @@ class AsyncDelayQueue(Generic[PayloadT]):
         started = backend.monotonic()
         await self._runner.command("PING")
         return backend.monotonic() - started
+
+    # -- the layout -------------------------------------------------------------------------
+
+    async def _routes(self, *, again: bool = False) -> _Routes:
+        """The shards to use: the layout as last read, read again once it is a safety interval
+        old (so a queue opened before a reshard follows it) or if ``again``."""
+        self._check_open()
+        routes = self._shared.routes
+        if routes is None:
+            return await self._read_layout()
+        if again or backend.monotonic() - routes.read_at >= self._safety_s:
+            try:
+                return await self._read_layout()
+            except RedisUnavailable as exc:  # the layout known is still the best guess
+                log.debug("delayq: could not read the layout of %s: %s", self.name, exc)
+                routes.read_at = backend.monotonic()
+        return routes
+
+    async def _read_layout(self) -> _Routes:
+        self._check_open()
+        shared, conn = self._shared, self._runner
+        counts = sharding.shards_key(self._keys.prefix)
+        layout = sharding.recorded_layout(await conn.command("HGET", counts, self.name))
+        if shared.routes is None:
+            layout = await self._first_look(layout)
+        elif not shared.known:
+            shared.known = bool(await conn.command("SISMEMBER", self._keys.registry, self.name))
+        current, previous = sharding.layout_names(self.name, layout)
+        routes = _Routes(
+            layout,
+            [self._engine(name) for name in current],
+            [self._engine(name) for name in previous],
+            backend.monotonic(),
+        )
+        old = shared.routes
+        shared.routes = routes
+        if old is not None and old.layout != layout:
+            log.info(
+                "delayq: queue %s now has layout %s (was %s)",
+                self.name, sharding.describe(layout), sharding.describe(old.layout),
+            )  # fmt: skip
+        return routes
+
+    async def _first_look(self, layout: sharding.Layout | None) -> sharding.Layout | None:
+        """Check the layout asked for (``shards=``) against Redis's, creating it for a new
+        queue; learn whether Redis has seen the queue."""
+        conn, shared, wanted = self._runner, self._shared, self._shards
+        registry = self._keys.registry
+        shared.known = bool(await conn.command("SISMEMBER", registry, self.name))
+        if layout is None and wanted is not None and wanted > 1:
+            if shared.known:
+                raise ConfigError(
+                    f"queue {self.name!r} is unsharded in Redis: open it without shards=, or "
+                    f"move it to {wanted} shards with `delayq reshard {self.name} --shards "
+                    f"{wanted}`"
+                )
+            counts = sharding.shards_key(self._keys.prefix)
+            await conn.command("HSETNX", counts, self.name, wanted)
+            layout = sharding.recorded_layout(await conn.command("HGET", counts, self.name))
+            await self._announce_layout([self.name])
+        recorded = layout.shards if layout is not None else 1
+        if wanted is not None and wanted != recorded:
+            raise ConfigError(
+                f"queue {self.name!r} has {recorded} shard(s) in Redis, not {wanted}: open it "
+                f"without shards= (a queue follows the layout Redis recorded), or reshard it"
+            )
+        if self._create and not shared.known:
+            await self._register()
+        return layout
+
+    async def _announce_layout(self, names: Sequence[str]) -> None:
+        """Tell consumers waiting on these (sub-)queues to look at the layout again now rather
+        than at their next safety interval (a hint: a lost one costs only that wait)."""
+        for name in names:
+            keys = QueueKeys(self._keys.prefix, name, sharded_channel=self._shared.sharded_channel)
+            await announce_layout(self._runner, keys)
+
+    def _engine(self, name: str) -> AsyncShard:
+        shared = self._shared
+        shard = shared.engines.get(name)
+        if shard is None:
+            keys = QueueKeys(self._keys.prefix, name, sharded_channel=shared.sharded_channel)
+            shard = shared.engines[name] = AsyncShard(
+                shared.runner, keys, shared.settings, shared.bell
+            )
+        return shard
+
+    def _watch(self, shard: AsyncShard) -> Watch:
+        watch = self._watches.get(shard.name)
+        if watch is None or watch.shard is not shard:
+            watch = self._watches[shard.name] = Watch(shard)
+        return watch
+
+    async def _register(self) -> None:
+        """Before the first write: record the queue's name in the registry (and check that
+        the server can keep the durability asked for)."""
+        shared = self._shared
+        if shared.registered:
+            return
+        self._check_open()
+        if self._durability is not None and self._durability.aof:
+            try:  # before anything is written: a server without it refuses the probe
+                await self._runner.command("WAITAOF", 1, 0, 1)
+            except ServerError as exc:
+                raise ConfigError(
+                    "Durability(aof=True) needs WAITAOF (Redis 7.2+ or Valkey 8) and "
+                    f"appendonly yes; {self._runner.where} refused it: {exc}"
+                ) from exc
+        await self._runner.command("SADD", self._keys.registry, self.name)
+        shared.registered = shared.known = True
+
+    async def _warn_if_unknown(self) -> None:
+        """A consumer of a queue Redis has never seen says so once, with the names it may
+        have meant, instead of waiting in silence."""
+        shared = self._shared
+        if shared.known or shared.warned_unknown:
+            return
+        shared.warned_unknown = True
+        raw = await self._runner.command("SMEMBERS", self._keys.registry)
+        names = sorted(n.decode(errors="replace") if isinstance(n, bytes) else n for n in raw)
+        close = difflib.get_close_matches(self.name, names, n=3)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        log.warning(
+            "delayq: queue %r is unknown to Redis (nothing was ever offered to it under "
+            "prefix %r)%s; waiting for it (open it with create=True if it is new)",
+            self.name, self._keys.prefix, hint,
+        )  # fmt: skip
 
     # -- producing --------------------------------------------------------------------------
 
@@ -418,56 +585,148 @@ class AsyncDelayQueue(Generic[PayloadT]):
         drops the task if it is not delivered within that long after its due time. Nothing is
         written if any argument is invalid.
         """
+        mode = self._offer_mode(dedup)
         plain = key is None and id is None and at is None and ttl is None and key_ttl is None
         if plain and priority == 0 and not headers:  # the common case, on a shorter path
-            self._offer_mode(dedup)
-            return await self._offer_plain(build_plain_offer(self._codec, payload, delay))
+            spec = build_plain_offer(self._codec, payload, delay)
+            routes = await self._routes()
+            await self._register()
+            return await routes.home(spec.id).offer_plain(spec)
         offer = Offer(payload, delay, at, key, id, priority, headers, ttl, key_ttl)
-        spec = build_offer(self._codec, offer)
-        written = await self._write_offers(self._offer_mode(dedup), [spec], [id is None])
-        return check_conflicts(written)[0]
-
-    async def _offer_plain(self, spec: OfferSpec) -> TaskId:
-        """Offer a task with no options but its delay, whose id the queue drew: one short
-        script (offer_one.lua), the producer's hot path."""
+        routes = await self._routes()
+        shard, new_id = self._route(routes, offer)
+        spec = build_offer(self._codec, offer, new_id)
         await self._register()
-        for _ in range(protocol.ID_DRAWS):
-            if self._durability is None:
-                status = await self._run(Op.OFFER_ONE, list(spec[:3]), keys=self._offer_one_keys)
-            else:
-                (status,) = await self._write(
-                    Op.OFFER_ONE, [list(spec[:3])], [spec.id], keys=self._offer_one_keys
-                )
-            if status != protocol.ID_TAKEN:  # 0: an earlier attempt wrote it, reply lost
-                return TaskId(spec.id)
-            spec = spec._replace(id=protocol.new_task_id())
-        raise protocol.no_free_id()
+        if key is not None:
+            shard = await self._keyed_shard(routes, key, shard)
+        return check_conflicts(await shard.write_offers(mode, [spec], [id is None]))[0]
+
+    def _route(
+        self, routes: _Routes, offer: Offer, drawn: str | None = None
+    ) -> tuple[AsyncShard, str]:
+        """The shard of an offer and the id to give it if it has none (``drawn``, if it
+        fits): a task with a dedup key goes to the key's shard (so dedup holds) with an id
+        that routes there too (so it is found by its id alone); another task goes to its id's
+        shard."""
+        count = len(routes.current)
+        if offer.key is not None:
+            shard = sharding.shard_of(protocol.check_key(offer.key), count)
+            if drawn is None or sharding.shard_of(drawn, count) != shard:
+                drawn = sharding.id_for_shard(shard, count, protocol.new_task_id)
+            return routes.current[shard], drawn
+        if offer.id is not None:
+            task_id = protocol.check_id(offer.id)
+        else:
+            task_id = drawn or protocol.new_task_id()
+        return routes.home(task_id), task_id
+
+    async def _keyed_shard(self, routes: _Routes, key: str, shard: AsyncShard) -> AsyncShard:
+        """The shard for an offer with ``key``: its own, unless a reshard is under way and the
+        previous layout's shard for the key holds it (so dedup still holds)."""
+        if routes.previous:
+            old = routes.previous[sharding.shard_of(key, len(routes.previous))]
+            if await old.holds_key(key):
+                return old
+        return shard
 
     async def offer_many(
         self, items: Iterable[Offer | tuple[Any, Duration | None]], *, dedup: str | None = None
     ) -> list[TaskId]:
-        """Schedule many tasks in few round trips; ``items`` are ``(payload, delay)`` pairs or
-        :class:`Offer` objects. Every item is validated and encoded before anything is written.
-        Returns the ids in order, each a :class:`TaskId` saying what happened as in
-        :meth:`offer`. If some items' own ids are held by tasks with other content, every other
-        item is still written, then :class:`TaskIdConflict` is raised with all the results."""
-        # Encode everything first: one bad item raises before anything is written.
+        """Schedule many tasks in few round trips (one batch per shard); ``items`` are
+        ``(payload, delay)`` pairs or :class:`Offer` objects. Every item is validated and
+        encoded before anything is written. Returns the ids in order, each a :class:`TaskId`
+        saying what happened as in :meth:`offer`. If some items' own ids are held by tasks
+        with other content, every other item is still written, then :class:`TaskIdConflict`
+        is raised with all the results."""
         items = list(items)
-        ids = protocol.new_task_ids(len(items)) if items else []
-        if all(type(item) is tuple and len(item) == 2 for item in items):  # the common call
-            specs = build_plain_offers(self._codec, cast(list[tuple[Any, Any]], items), ids)
-        else:
-            specs = [self._spec(item, new_id) for item, new_id in zip(items, ids, strict=True)]
         mode = self._offer_mode(dedup)
-        drawn = [not (isinstance(item, Offer) and item.id is not None) for item in items]
-        return check_conflicts(await self._write_offers(mode, specs, drawn)) if specs else []
+        if not items:
+            return []
+        routes = await self._routes()
+        groups: dict[AsyncShard, tuple[list[int], list[OfferSpec], list[bool]]] = {}
+        if all(type(item) is tuple and len(item) == 2 for item in items):  # the common call
+            ids = protocol.new_task_ids(len(items))
+            specs = build_plain_offers(self._codec, cast(list[tuple[Any, Any]], items), ids)
+            if len(routes.current) == 1:
+                groups[routes.current[0]] = (list(range(len(specs))), specs, [True] * len(specs))
+            else:
+                for i, spec in enumerate(specs):
+                    group = groups.setdefault(routes.home(spec.id), ([], [], []))
+                    group[0].append(i)
+                    group[1].append(spec)
+                    group[2].append(True)
+        else:
+            keyed: list[tuple[int, str]] = []
+            ids = protocol.new_task_ids(len(items))
+            for i, item in enumerate(items):  # everything encoded before anything is written
+                if isinstance(item, tuple) and len(item) == 2:
+                    offer = Offer(item[0], item[1])
+                elif isinstance(item, Offer):
+                    offer = item
+                else:
+                    raise InvalidTaskError(
+                        f"offer_many items are (payload, delay) or Offer, not {item!r}"
+                    )
+                shard, new_id = self._route(routes, offer, ids[i])
+                group = groups.setdefault(shard, ([], [], []))
+                group[0].append(i)
+                group[1].append(build_offer(self._codec, offer, new_id))
+                group[2].append(offer.id is None)
+                if offer.key is not None and routes.previous:
+                    keyed.append((i, offer.key))
+            if keyed:
+                groups = await self._regroup_keyed(routes, groups, dict(keyed))
+        return check_conflicts(await self._write_groups(mode, groups, len(items)))
 
-    def _spec(self, item: Offer | tuple[Any, Duration | None], new_id: str) -> OfferSpec:
-        if isinstance(item, tuple) and len(item) == 2:
-            return build_plain_offer(self._codec, *item, new_id)
-        if isinstance(item, Offer):
-            return build_offer(self._codec, item, new_id)
-        raise InvalidTaskError(f"offer_many items are (payload, delay) or Offer, not {item!r}")
+    async def _offer_encoded(self, mode: DedupMode, specs: Sequence[OfferSpec]) -> list[TaskId]:
+        """Offer tasks encoded elsewhere (the outbox's rows) under their own ids, never
+        redrawn: each goes to its dedup key's shard, else to its id's."""
+        routes = await self._routes()
+        groups: dict[AsyncShard, tuple[list[int], list[OfferSpec], list[bool]]] = {}
+        for i, spec in enumerate(specs):
+            key = protocol.spec_key(spec)
+            shard = routes.home(spec.id if key is None else key)
+            if key is not None:
+                shard = await self._keyed_shard(routes, key, shard)
+            group = groups.setdefault(shard, ([], [], []))
+            group[0].append(i)
+            group[1].append(spec)
+            group[2].append(False)
+        return await self._write_groups(mode, groups, len(specs))
+
+    async def _write_groups(
+        self,
+        mode: DedupMode,
+        groups: dict[AsyncShard, tuple[list[int], list[OfferSpec], list[bool]]],
+        count: int,
+    ) -> list[TaskId]:
+        """Write each shard's offers (positions, specs, drawn); the ids in item order."""
+        await self._register()
+        results: list[TaskId] = [TaskId("")] * count
+        for shard, (positions, specs, drawn) in groups.items():
+            written = await shard.write_offers(mode, specs, drawn)
+            for position, task_id in zip(positions, written, strict=True):
+                results[position] = task_id
+        return results
+
+    async def _regroup_keyed(
+        self,
+        routes: _Routes,
+        groups: dict[AsyncShard, tuple[list[int], list[OfferSpec], list[bool]]],
+        keys: dict[int, str],
+    ) -> dict[AsyncShard, tuple[list[int], list[OfferSpec], list[bool]]]:
+        """During a reshard, move each keyed offer whose key the previous layout still holds
+        to that shard."""
+        regrouped: dict[AsyncShard, tuple[list[int], list[OfferSpec], list[bool]]] = {}
+        for shard, (positions, specs, drawn) in groups.items():
+            for position, spec, was_drawn in zip(positions, specs, drawn, strict=True):
+                key = keys.get(position)
+                target = shard if key is None else await self._keyed_shard(routes, key, shard)
+                group = regrouped.setdefault(target, ([], [], []))
+                group[0].append(position)
+                group[1].append(spec)
+                group[2].append(was_drawn)
+        return regrouped
 
     def _offer_mode(self, dedup: str | None) -> DedupMode:
         try:
@@ -475,166 +734,64 @@ class AsyncDelayQueue(Generic[PayloadT]):
         except ValueError as exc:
             raise ConfigError(f"dedup must be 'keep' or 'replace', got {dedup!r}") from exc
 
-    async def _write_offers(
-        self, mode: DedupMode, specs: Sequence[OfferSpec], drawn: Sequence[bool], draws: int = 1
-    ) -> list[TaskId]:
-        """Offer ``specs`` in order and say what each did. ``drawn[i]``: the queue drew
-        ``specs[i].id``, so if another task holds it (two producers drew the same id) it draws
-        a new one and offers that task again."""
-        await self._register()
-        chunks = [
-            specs[start : start + protocol.OFFER_CHUNK]
-            for start in range(0, len(specs), protocol.OFFER_CHUNK)
-        ]
-        # In order, on one connection: a later task with the same key or id must lose.
-        arg_lists = [protocol.offer_args(mode, chunk) for chunk in chunks]
-        replies = await self._write(Op.OFFER, arg_lists, [spec.id for spec in specs])
-        ids, statuses = task_ids_of(replies, specs, drawn)
-        taken = []
-        if protocol.ID_TAKEN in statuses:  # rare: skip the scan when nothing was taken
-            taken = [i for i, st in enumerate(statuses) if st == protocol.ID_TAKEN and drawn[i]]
-        if taken:
-            if draws >= protocol.ID_DRAWS:
-                raise protocol.no_free_id()
-            fresh = protocol.new_task_ids(len(taken))
-            again = [specs[i]._replace(id=new_id) for i, new_id in zip(taken, fresh, strict=True)]
-            settled = await self._write_offers(mode, again, [True] * len(again), draws + 1)
-            for i, task_id in zip(taken, settled, strict=True):
-                ids[i] = task_id
-        return ids
-
-    async def _register(self) -> None:
-        if not self._registered:
-            self._check_open()
-            if self._durability is not None and self._durability.aof:
-                try:  # before anything is written: a server without it refuses the probe
-                    await self._runner.command("WAITAOF", 1, 0, 1)
-                except ServerError as exc:
-                    raise ConfigError(
-                        "Durability(aof=True) needs WAITAOF (Redis 7.2+ or Valkey 8) and "
-                        f"appendonly yes; {self._runner.where} refused it: {exc}"
-                    ) from exc
-            counts = sharding.shards_key(self._keys.prefix)
-            recorded = sharding.recorded_count(
-                await self._runner.command("HGET", counts, self.name)
-            )
-            if recorded is not None:
-                raise ConfigError(
-                    f"queue {self.name!r} is sharded in Redis ({recorded} shards): "
-                    f"open it with shards={recorded}"
-                )
-            await self._runner.command("SADD", self._keys.registry, self.name)
-            self._registered = True
-
-    async def _write(
-        self,
-        op: Op,
-        arg_lists: list[list[Any]],
-        task_ids: Sequence[str],
-        *,
-        keys: Sequence[str] | None = None,
-    ) -> list[Any]:
-        """Run a writing script once per argument list, in order, on one connection; with a
-        :class:`Durability`, followed on that connection by its WAIT, and a shortfall raised
-        as :class:`NotDurable` (or logged). Resending is safe as in :meth:`_run`."""
-        self._check_open()
-        durability = self._durability
-        tail = durability.commands() if durability is not None else ()
-        try:
-            replies = await self._runner.batch(op, keys or self._key_list, arg_lists, tail=tail)
-        except (RedisUnavailable, ServerError) as exc:
-            raise type(exc)(f"queue {self.name!r}: {exc}") from exc
-        if durability is None:
-            return replies
-        scripts = replies[: len(arg_lists)]
-        short = durability.shortfall(replies[len(arg_lists) :])
-        if short is not None:
-            message = (
-                f"queue {self.name!r}: {len(task_ids)} task(s) written but not confirmed "
-                f"within {durability.timeout:g} s: {short}"
-            )
-            if durability.on_shortfall == "raise":
-                raise NotDurable(message, [str(task_id) for task_id in task_ids])
-            log.warning("delayq: %s", message)
-        return scripts
-
     async def cancel(self, task_id: str) -> bool:
         """Remove a task that is still waiting; True if it was delayed or ready and is gone."""
-        reply = await self._run(
-            Op.CANCEL,
-            [self._receipt_ms, protocol.check_id(task_id)],
-            keys=(*self._key_list, self._keys.receipt("cancel", protocol.new_nonce())),
-        )
-        return bool(int(reply[0]))
+        task_id = protocol.check_id(task_id)
+        for shard in (await self._routes()).searched(task_id):
+            if await shard.cancel(task_id):
+                return True
+        return False
 
     async def reschedule(
         self, task_id: str, delay: Duration | None = None, *, at: datetime | float | None = None
     ) -> bool:
         """Move a waiting task's due time; True if it was waiting and now has the new time."""
         kind, value = due_spec(delay, at)
-        reply = await self._run(Op.RESCHEDULE, [protocol.check_id(task_id), kind, value])
-        return bool(int(reply[0]))
+        task_id = protocol.check_id(task_id)
+        for shard in (await self._routes()).searched(task_id):
+            if await shard.reschedule(task_id, kind, value):
+                return True
+        return False
 
     # -- reading ----------------------------------------------------------------------------
 
     async def get(self, task_id: str) -> TaskInfo | None:
         """A snapshot of the task, or None if the queue holds no task with this id."""
-        info = protocol.parse_info(await self._run(Op.INFO, [protocol.check_id(task_id)]))
-        if not info.state:
-            return None
-        state = TaskState(info.state)
-        if (
-            state is TaskState.DELAYED
-            and info.score_ms is not None
-            and info.score_ms <= info.now_ms
-        ):
-            state = TaskState.READY
-        return self._task_info(
-            task_id, state, info.score_ms, info.attempts, info.envelope, info.error,
-            info.expires_ms,
-        )  # fmt: skip
-
-    def _task_info(
-        self,
-        task_id: str,
-        state: TaskState,
-        score_ms: int | None,
-        attempts: int,
-        envelope: bytes | None,
-        error: str | None,
-        expires_ms: int | None,
-    ) -> TaskInfo:
-        """A TaskInfo from stored parts; ``score_ms`` means the due time, lease expiry or time
-        of death, by state. An undecodable envelope shows as its error, never raises."""
-        payload: Any = None
-        headers: dict[str, str] = {}
-        priority, key = 0, None
-        if envelope:
-            try:
-                decoded = self._codec.decode(envelope)
-                payload, headers = decoded.payload, dict(decoded.headers)
-                priority, key = decoded.priority, decoded.key
-            except DecodeError as exc:
-                error = error or f"undecodable: {exc}"
-        when = to_datetime(score_ms)
-        return TaskInfo(
-            id=task_id,
-            state=state,
-            payload=payload,
-            attempts=attempts,
-            priority=priority,
-            headers=headers,
-            key=key,
-            due_at=when if state in (TaskState.DELAYED, TaskState.READY) else None,
-            lease_expires_at=when if state is TaskState.INFLIGHT else None,
-            dead_at=when if state is TaskState.DEAD else None,
-            expires_at=to_datetime(expires_ms),
-            last_error=error,
-        )
+        task_id = protocol.check_id(task_id)
+        for shard in (await self._routes()).searched(task_id):
+            info = await shard.get(task_id)
+            if info is not None:
+                return info
+        return None
 
     async def stats(self) -> Stats:
-        """Counts per state, read atomically, and the queue's lifetime counters."""
-        return protocol.stats_from_reply(self.name, await self._run(Op.STATS, [self._overdue_ms]))
+        """Counts per state, read atomically, and the queue's lifetime counters. A sharded
+        queue's are its shards' summed (each read atomically, all in one round trip per Redis
+        node), each shard's own in ``Stats.shards``."""
+        routes = await self._routes()
+        if routes.layout is None:
+            reply = await routes.current[0].run(Op.STATS, [self._overdue_ms])
+            return protocol.stats_from_reply(self.name, reply)
+        every = routes.every
+        replies = await self._many([shard.stats_call(self._overdue_ms) for shard in every])
+        parts = [
+            protocol.stats_from_reply(shard.name, reply)
+            for shard, reply in zip(every, replies, strict=True)
+        ]
+        return sharding.merged_stats(self.name, parts)
+
+    async def _many(self, calls: Sequence[Any]) -> list[Any]:
+        """Script calls on several shards in one round trip per Redis node; raises the first
+        error."""
+        self._check_open()
+        try:
+            replies = await self._runner.many(calls)
+        except Exception as exc:
+            raise type(exc)(f"queue {self.name!r}: {exc}") from exc
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise type(reply)(f"queue {self.name!r}: {reply}")
+        return replies
 
     async def dead(self, limit: int = 100, offset: int = 0) -> list[DeadTask]:
         """Dead-lettered tasks, oldest first, with their last error."""
@@ -642,30 +799,30 @@ class AsyncDelayQueue(Generic[PayloadT]):
             raise ConfigError(f"limit and offset must be ints >= 0, got {limit!r}, {offset!r}")
         if limit == 0:
             return []
-        rows = protocol.parse_dead(await self._run(Op.DEAD, [offset, limit]))
-        result = []
-        for task_id, dead_ms, attempts, error, envelope in rows:
-            try:
-                payload = self._codec.decode(envelope).payload if envelope else None
-            except DecodeError:
-                payload = envelope  # keep the raw bytes visible: that is why it is here
-            result.append(DeadTask(task_id, payload, attempts, to_datetime(dead_ms), error))  # type: ignore[arg-type]
-        return result
+        every = (await self._routes()).every
+        if len(every) == 1:
+            rows = await every[0].dead(offset, limit)
+        else:
+            rows = [row for shard in every for row in await shard.dead(0, offset + limit)]
+            rows.sort(key=lambda row: row[1])
+            rows = rows[offset : offset + limit]
+        return [
+            DeadTask(task_id, payload, attempts, to_datetime(dead_ms), error)  # type: ignore[arg-type]
+            for task_id, dead_ms, attempts, error, payload in rows
+        ]
 
     async def requeue_dead(self, task_id: str | None = None) -> int:
         """Put one dead task (or all, with no id) back, due now, attempts reset; returns how
         many moved. A task whose dedup key another live task now holds stays dead."""
+        routes = await self._routes()
         if task_id is not None:
-            reply = await self._run(Op.REQUEUE, [1, 0, protocol.check_id(task_id)])
-            return int(reply[0])
-        total, offset, batch = 0, 0, 1000
-        while True:
-            reply = await self._run(Op.REQUEUE, [batch, offset])
-            moved, examined = int(reply[0]), int(reply[1])
-            total += moved
-            offset += examined - moved  # the ones left dead stay at the front
-            if examined < batch:
-                return total
+            task_id = protocol.check_id(task_id)
+            for shard in routes.searched(task_id):
+                moved = await shard.requeue_dead(task_id)
+                if moved:
+                    return moved
+            return 0
+        return sum([await shard.requeue_dead(None) for shard in routes.every])
 
     # -- consuming --------------------------------------------------------------------------
 
@@ -707,143 +864,80 @@ class AsyncDelayQueue(Generic[PayloadT]):
         return await self._poll(max_tasks, duration_ms(timeout, "timeout") / 1000)
 
     async def _poll(self, count: int, timeout: float | None) -> list[AsyncTask[PayloadT]]:
+        """Up to ``count`` due tasks of one shard, the shards taken in turn. A shard whose last
+        look found nothing due is not looked at again before its next due time, unless its
+        channel announces an earlier one; the wait sleeps until the earliest of them."""
         self._check_open()
-        if self._ahead.tasks:
-            tasks = await self._from_ahead(count)
-            if tasks:
-                return tasks
-        deadline = None if timeout is None else backend.monotonic() + timeout
-        await self._notifier.start()
-        while True:
-            quiet, now = self._quiet, backend.monotonic()
-            if (
-                quiet is not None
-                and now < quiet.wake_at
-                and (deadline is None or now < deadline)  # a timeout of 0 means "look now"
-                and self._notifier.mark() == quiet.mark
-            ):
-                # An earlier look found nothing due before wake_at, and no message came since:
-                # looking again now would only cost Redis a script call.
-                mark, wake_at, fetched_at, result = quiet
-            else:
-                tasks, result = await self._fetch(count, deadline)
+        routes = await self._routes()
+        for shard in routes.every:  # tasks an ack fetched ahead first: they cost no round trip
+            watch = self._watch(shard)
+            if watch.ahead.tasks:
+                tasks = await self._from_ahead(watch, count)
                 if tasks:
-                    if count == 1:  # take() or poll(): a loop's ack may fetch ahead for it
-                        self._ahead.consuming = True
                     return tasks
-                if result.tasks:
-                    continue  # every one was undecodable and is dead-lettered: look again now
-                assert self._quiet is not None  # an empty look planned the next one
-                mark, wake_at, fetched_at, result = self._quiet
-                if deadline is not None and backend.monotonic() >= deadline:
-                    return []
-            # Sleep until the earliest due time, moving the alarm earlier when a message
-            # announces an earlier task; any doubt means look at Redis again.
-            until = wake_at if deadline is None else min(wake_at, deadline)
-            while (remaining := _timer_left(until, wake_at)) > 0:
-                news = await self._notifier.wait(mark, remaining)
-                if news is None:
-                    break
-                mark, due_ms = news
-                if due_ms is None:
-                    wake_at = until = backend.monotonic()
-                    break
-                wake_at = min(wake_at, fetched_at + result.seconds_until(due_ms))
-                until = min(until, wake_at)
-            await backend.wait_out(until)
-            if backend.monotonic() < wake_at:  # the caller's timeout ran out first
-                self._quiet = _Quiet(mark, wake_at, fetched_at, result)
+        await self._warn_if_unknown()
+        deadline = None if timeout is None else backend.monotonic() + timeout
+        for shard in routes.every:
+            await shard.notifier.start()
+        # Each pass looks at every shard whose quiet time is over; poll(0)'s, at all of them.
+        forced = deadline is not None and deadline <= backend.monotonic()
+        while True:
+            every = routes.every
+            for step in range(len(every)):
+                index = (self._turn + step) % len(every)
+                watch = self._watch(every[index])
+                until = watch.quiet_until()
+                if forced or until is None or until <= backend.monotonic():
+                    tasks, _ = await self._fetch(watch, count, deadline)
+                    if tasks:
+                        self._turn = (index + 1) % len(every)
+                        if count == 1:  # take() or poll(): a loop's ack may fetch ahead
+                            watch.ahead.consuming = True
+                        return tasks
+            forced = False
+            now = backend.monotonic()
+            if deadline is not None and now >= deadline:
                 return []
-            self._quiet = None
+            if now - routes.read_at >= self._safety_s or any(
+                self._watch(shard).heard_unknown for shard in routes.every
+            ):
+                for shard in routes.every:
+                    self._watch(shard).heard_unknown = False
+                routes = await self._routes(again=True)  # a reconnect or a reshard: look
+                for shard in routes.every:
+                    await shard.notifier.start()
+            news = _news_since(routes.every)  # before reading the wake times: none is missed
+            wakes = [self._watch(shard).quiet_until() for shard in routes.every]
+            if None in wakes:
+                continue  # news of unknown content, or undecodable tasks buried: look now
+            plan = plan_wait(
+                backend.monotonic(), cast(list[float], wakes), deadline, backend.TIMER_SLACK
+            )
+            if plan.timer_s > 0 and await self._shared.bell.wait(news, plan.timer_s):
+                continue  # news: an earlier due time, perhaps
+            await backend.wait_out(plan.until)
 
     async def _fetch(
         self,
+        watch: Watch,
         count: int,
         deadline: float | None = -1.0,
         acks: Sequence[AsyncTask] = (),
     ) -> tuple[list[AsyncTask[PayloadT]], FetchResult]:
-        """One fetch script call: ack ``acks`` (if any), then lease up to ``count`` due tasks.
-        A look that leases nothing records when the next one is worth making (``_quiet``)."""
-        mark = self._notifier.mark()
-        args = protocol.fetch_args(self._policy, count, self._receipt_ms)
-        for task in acks:
-            args += (task.id, task.lease_token)
-        sent_at = backend.monotonic()
-        result = await self._run(
-            Op.FETCH,
-            args,
-            deadline=deadline,
-            parse=True,
-            keys=(*self._key_list, self._keys.receipt("fetch", args[2])),
+        """One fetch script call on a shard: ack ``acks`` (if any), then lease up to ``count``
+        due tasks; the tasks that could be read, and the script's result."""
+        self._check_open()
+        raws, result = await watch.shard.fetch(
+            watch, self._policy, count, deadline, self._safety_s, acks
         )
-        # The server read its clock about halfway through the round trip: plan from there.
-        received_at = backend.monotonic()
-        fetched_at = (sent_at + received_at) / 2 if received_at - sent_at < 0.05 else received_at
-        self._quiet = None
-        tasks = await self._accept(result)
-        if not result.tasks:
-            wake_at = fetched_at + self._safety_s
-            if result.next_wake_ms is not None:
-                wake_at = min(wake_at, fetched_at + result.seconds_until(result.next_wake_ms))
-            self._quiet = _Quiet(mark, wake_at, fetched_at, result)
-        return tasks, result
-
-    async def _from_ahead(self, count: int) -> list[AsyncTask[PayloadT]]:
-        """Up to ``count`` of the tasks fetched ahead, each with at least half its lease left
-        (a lease that ran lower is extended first; one already lost is skipped)."""
-        lease_s = self._policy.lease_ms / 1000
-        tasks: list[AsyncTask[PayloadT]] = []
-        while self._ahead.tasks and len(tasks) < count:
-            task, leased_at = self._ahead.tasks.popleft()
-            if backend.monotonic() - leased_at > lease_s / 2:
-                try:
-                    await self.extend(task, lease_s)
-                except LeaseLost:
-                    continue
-            tasks.append(task)
-        return tasks
-
-    async def _hand_back_ahead(self) -> None:
-        """Give the tasks fetched ahead back at once (not after their lease), e.g. on close();
-        one that cannot be given back now (Redis away) returns after its lease."""
-        while self._ahead.tasks:
-            task, _ = self._ahead.tasks.popleft()
-            try:
-                await self.release(task)
-            except Exception as exc:  # whatever it is, the others still go back
-                log.warning(
-                    "delayq: could not hand back task %s of %s (%s); it returns after its lease",
-                    printable(task.id), self.name, printable(str(exc)),
-                )  # fmt: skip
-
-    def _quiet_until(self) -> float | None:
-        """When this queue must next be looked at (monotonic), from its last empty look and
-        the announcements since; None: look now."""
-        quiet = self._quiet
-        if quiet is None:
-            return None
-        if self._notifier.mark() != quiet.mark:
-            mark, due_ms = self._notifier.news(quiet.mark)
-            if due_ms is None:
-                self._quiet = None
-                return None
-            wake_at = min(quiet.wake_at, quiet.fetched_at + quiet.result.seconds_until(due_ms))
-            quiet = self._quiet = quiet._replace(mark=mark, wake_at=wake_at)
-        return quiet.wake_at
-
-    def _ring(self, bell: backend.Bell) -> None:
-        """Let ``bell`` wake a waiter on news from this queue's channel (before it listens)."""
-        self._notifier = backend.Notifier(self._runner.client, self._keys.channel, bell)
-
-    async def _accept(self, result: FetchResult) -> list[AsyncTask[PayloadT]]:
         tasks = []
-        for raw in result.tasks:
+        for raw in raws:
             try:
                 if not raw.id_is_utf8:  # written by another client: no handler could use it
                     raise DecodeError(f"task id {printable(raw.id_bytes)} is not UTF-8")
                 envelope = self._codec.decode(raw.envelope)
             except Exception as exc:  # whatever stops a task being read must not stop the queue
-                await self._bury_undecodable(raw, exc)
+                await watch.shard.bury_undecodable(self._policy, raw, exc)
                 continue
             tasks.append(
                 AsyncTask(
@@ -857,32 +951,39 @@ class AsyncDelayQueue(Generic[PayloadT]):
                     key=envelope.key,
                     lease_token=raw.token,
                     queue=self,
+                    _shard=watch.shard,
                 )
             )
+        return tasks, result
+
+    async def _from_ahead(self, watch: Watch, count: int) -> list[AsyncTask[PayloadT]]:
+        """Up to ``count`` of the tasks fetched ahead, each with at least half its lease left
+        (a lease that ran lower is extended first; one already lost is skipped)."""
+        lease_s = self._policy.lease_ms / 1000
+        tasks: list[AsyncTask[PayloadT]] = []
+        while watch.ahead.tasks and len(tasks) < count:
+            task, leased_at = watch.ahead.tasks.popleft()
+            if backend.monotonic() - leased_at > lease_s / 2:
+                try:
+                    await self.extend(task, lease_s)
+                except LeaseLost:
+                    continue
+            tasks.append(task)
         return tasks
 
-    async def _bury_undecodable(self, raw: RawTask, exc: Exception) -> None:
-        """Dead-letter a delivered task that cannot be read, addressed by its id's raw bytes
-        (the id itself may be what cannot be read), its envelope kept as stored."""
-        try:
-            reason = str(exc)
-        except Exception:  # an exception whose __str__ raises still has a type
-            reason = ""
-        reason = f"{type(exc).__name__}: {reason}" if not isinstance(exc, DecodeError) else reason
-        log.error(
-            "delayq: task %s in %s cannot be decoded, dead-lettered: %s",
-            printable(raw.id_bytes), self.name, printable(reason),
-        )  # fmt: skip
-        error = f"undecodable: {reason}"  # nack_args and the BURY line make it valid UTF-8
-        if raw.token is None:
-            await self._run(
-                Op.BURY, [raw.id_bytes, raw.envelope, 9 - raw.priority, utf8_safe(error)]
-            )
-        else:
-            await self._run(
-                Op.NACK,
-                protocol.nack_args(self._policy, raw.id_bytes, raw.token, "undecodable", 0, error),
-            )
+    async def _hand_back_ahead(self) -> None:
+        """Give the tasks fetched ahead back at once (not after their lease), e.g. on close();
+        one that cannot be given back now (Redis away) returns after its lease."""
+        for watch in self._watches.values():
+            while watch.ahead.tasks:
+                task, _ = watch.ahead.tasks.popleft()
+                try:
+                    await self.release(task)
+                except Exception as exc:  # whatever it is, the others still go back
+                    log.warning(
+                        "delayq: could not hand back task %s of %s (%s); it returns after its "
+                        "lease", printable(task.id), self.name, printable(str(exc)),
+                    )  # fmt: skip
 
     async def ack(self, task: AsyncTask) -> None:
         """Mark a delivered task done. Raises :class:`LeaseLost` if the lease is no longer
@@ -890,55 +991,57 @@ class AsyncDelayQueue(Generic[PayloadT]):
         consumer. An ack resent after a lost reply is recognised and succeeds.
 
         In a consumer loop (``take()`` or ``poll()``, then ``ack()``) the ack also fetches the
-        next due tasks, up to ``prefetch``, in the same round trip: the next ``take()`` needs
-        none. Tasks fetched ahead are handed out with at least half their lease left, and are
-        handed back at once by ``close()``."""
+        next due tasks, up to ``fetch_ahead``, in the same round trip: the next ``take()``
+        needs none. Tasks fetched ahead are handed out with at least half their lease left,
+        and are handed back at once by ``close()``."""
         if await self._ack_one(task, fetch_ahead=True) is False:
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
 
     async def _ack_one(self, task: AsyncTask, *, fetch_ahead: bool) -> bool:
-        want = self._ahead.want(self._prefetch, self._policy.lease_ms) if fetch_ahead else 0
+        if task.lease_token is None:
+            return True  # at-most-once: the task already left the queue
+        watch = self._watch(self._shard_of(task))
+        want = watch.ahead.want(self._fetch_ahead, self._policy.lease_ms) if fetch_ahead else 0
         if (
             want == 0
-            or task.lease_token is None
             or task.queue is not self
-            or self._ahead.tasks
+            or watch.ahead.tasks
             or (self._durability is not None and self._durability.after_ack)
-            or (self._quiet_until() or 0.0) > backend.monotonic()  # nothing due to fetch yet
+            or (watch.quiet_until() or 0.0) > backend.monotonic()  # nothing due to fetch yet
         ):
             return (await self.ack_many([task]))[0]
-        tasks, result = await self._fetch(want, acks=[task])
+        tasks, result = await self._fetch(watch, want, acks=[task])
         now = backend.monotonic()
-        self._ahead.tasks.extend((t, now) for t in tasks)
+        watch.ahead.tasks.extend((t, now) for t in tasks)
         if result.acked[0]:
             object.__setattr__(task, "_settled", True)
         return result.acked[0]
 
     async def ack_many(self, tasks: Sequence[AsyncTask]) -> list[bool]:
-        """Ack many tasks in one round trip; False where the lease was lost."""
+        """Ack many tasks in one round trip per Redis node, whatever their shards; False where
+        the lease was lost."""
         leased = [t for t in tasks if t.lease_token is not None]
-        acked: list[bool] = []
-        for keys, args, _ in self._ack_calls(leased):
-            if self._durability is not None and self._durability.after_ack:
-                (reply,) = await self._write(Op.ACK, [args], args[1::2], keys=keys)
-            else:
-                reply = await self._run(Op.ACK, args, keys=keys)
-            acked += _acked(reply)
-        return _settled(tasks, acked)
-
-    def _ack_calls(
-        self, leased: Sequence[AsyncTask]
-    ) -> list[tuple[tuple[str, ...], list[Any], Sequence[AsyncTask]]]:
-        """The ack script calls for ``leased``, in batches: keys, arguments, the batch."""
-        calls = []
-        for start in range(0, len(leased), protocol.MAX_BATCH):
-            batch = leased[start : start + protocol.MAX_BATCH]
-            args: list[Any] = [self._receipt_ms]
-            for t in batch:
-                args += (t.id, t.lease_token)
-            receipt = self._keys.receipt("ack", protocol.new_nonce())
-            calls.append(((*self._key_list, receipt), args, batch))
-        return calls
+        groups: dict[AsyncShard, list[AsyncTask]] = {}
+        for task in leased:
+            groups.setdefault(self._shard_of(task), []).append(task)
+        self._check_open()
+        if len(groups) <= 1 or (self._durability is not None and self._durability.after_ack):
+            # One shard, or writes that each wait for their replicas on their connection.
+            acked: dict[int, bool] = {}
+            for shard, group in groups.items():
+                acked.update(zip(map(id, group), await shard.ack(group), strict=True))
+        else:
+            calls, batches = [], []
+            for shard, group in groups.items():
+                for start, (keys, args) in zip(
+                    range(0, len(group), protocol.MAX_BATCH), shard.ack_calls(group), strict=True
+                ):
+                    calls.append((Op.ACK, keys, args))
+                    batches.append(group[start : start + protocol.MAX_BATCH])
+            acked = {}
+            for batch, reply in zip(batches, await self._many(calls), strict=True):
+                acked.update(zip(map(id, batch), acked_of(reply), strict=True))
+        return _settled(tasks, [acked[id(t)] for t in leased])
 
     async def nack(self, task: AsyncTask, delay: Duration | None = None) -> None:
         """Give a task back: delivered again now, or after ``delay``. Counts as an attempt
@@ -965,9 +1068,11 @@ class AsyncDelayQueue(Generic[PayloadT]):
     async def _give_back(self, task: AsyncTask, outcome: str, delay_ms: int, error: str) -> None:
         if task.lease_token is None:
             return  # at-most-once: the task already left the queue
-        args = protocol.nack_args(self._policy, task.id, task.lease_token, outcome, delay_ms, error)
-        reply = await self._run(Op.NACK, args)
-        if int(reply[0]) == 0:
+        shard = self._shard_of(task)
+        self._check_open()
+        if not await shard.give_back(
+            self._policy, task.id, task.lease_token, outcome, delay_ms, error
+        ):
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
         object.__setattr__(task, "_settled", True)
 
@@ -977,38 +1082,32 @@ class AsyncDelayQueue(Generic[PayloadT]):
         if task.lease_token is None:
             raise LeaseLost("tasks taken at-most-once have no lease to extend")
         ms = duration_ms(seconds, "seconds", allow_zero=False)
-        expiry = int(await self._run(Op.EXTEND, [task.id, task.lease_token, ms]))
+        shard = self._shard_of(task)
+        self._check_open()
+        expiry = await shard.extend(task.id, task.lease_token, ms)
         if expiry < 0:
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
         return to_datetime(expiry)  # type: ignore[return-value]
+
+    def _shard_of(self, task: AsyncTask) -> AsyncShard:
+        """The shard that leased ``task``: this queue's engine for it, whichever queue object
+        (of the same queue) delivered it."""
+        shard = task._shard
+        if shard is None:  # a task made by hand: it can only be of an unsharded queue
+            routes = self._shared.routes
+            if routes is None or routes.layout is None:
+                return self._engine(self.name)
+        elif shard is self._shared.engines.get(shard.name):
+            return shard
+        elif shard.keys.prefix == self._keys.prefix and sharding.is_part_of(shard.name, self.name):
+            return self._engine(shard.name)
+        raise InvalidTaskError(f"task {task.id} was not delivered by queue {self.name!r}")
 
     # -- plumbing ---------------------------------------------------------------------------
 
     def _check_open(self) -> None:
         if self._closed or (self._base is not None and self._base._closed):
             raise QueueClosed(f"queue {self.name!r} is closed")
-
-    async def _run(
-        self,
-        op: Op,
-        args: list[Any],
-        *,
-        deadline: float | None = -1.0,
-        parse: bool = False,
-        keys: Sequence[str] | None = None,
-    ) -> Any:
-        """Run a script through the connection layer (which retries lost connections and
-        failovers until ``deadline``: -1 for the reconnect timeout, None for ever). Every
-        script is safe to resend after a lost reply (see their headers: receipts or checks)."""
-        self._check_open()
-        try:
-            reply = await self._runner.run(op, keys or self._key_list, args, deadline=deadline)
-        except QueueClosed:
-            self._check_open()
-            raise
-        except (RedisUnavailable, ServerError) as exc:
-            raise type(exc)(f"queue {self.name!r}: {exc}") from exc
-        return protocol.parse_fetch(reply) if parse else reply
 
     # -- administration ---------------------------------------------------------------------
 
@@ -1017,7 +1116,8 @@ class AsyncDelayQueue(Generic[PayloadT]):
     ) -> list[TaskInfo]:
         """One page of the tasks in ``state``, in the order they leave it: ``ready`` and
         ``delayed`` by due time, ``inflight`` by lease expiry, ``dead`` oldest first (ties by
-        priority). Each page is read in one step and costs O(log N + limit): no scans."""
+        priority). Each page is read in one step per shard and costs O(log N + limit): no
+        scans."""
         try:
             wanted = TaskState(state)
         except ValueError as exc:
@@ -1037,19 +1137,12 @@ class AsyncDelayQueue(Generic[PayloadT]):
             )
         if limit == 0:
             return []
-        reply = await self._run(Op.TASKS, [wanted.value, offset, limit])
-        return [
-            self._task_info(
-                bytes(reply[i]).decode("utf-8", "surrogateescape"),  # as fetch reads ids
-                wanted,
-                int(float(reply[i + 1])) // 10,
-                int(reply[i + 2]),
-                bytes(reply[i + 3]),
-                bytes(reply[i + 4]).decode(errors="replace") or None,
-                int(float(reply[i + 5])) if reply[i + 5] else None,
-            )
-            for i in range(1, len(reply), 6)
-        ]
+        every = (await self._routes()).every
+        if len(every) == 1:
+            return await every[0].tasks(wanted, offset, limit)
+        rows = [row for shard in every for row in await shard.tasks(wanted, 0, offset + limit)]
+        rows.sort(key=_leaving_order)
+        return rows[offset : offset + limit]
 
     async def purge(self, states: Iterable[TaskState | str] | TaskState | str = ("dead",)) -> int:
         """Delete every task in ``states`` (default: the dead letters) and release their dedup
@@ -1065,9 +1158,14 @@ class AsyncDelayQueue(Generic[PayloadT]):
             raise ConfigError(f"states must be among {names}, got {states!r}") from exc
         if not wanted:
             raise ConfigError("purge needs at least one state")
-        total, batch = 0, 1000
-        while True:
-            deleted = int((await self._run(Op.PURGE, [batch, *wanted]))[0])
-            total += deleted
-            if deleted < batch:
-                return total
+        return sum([await shard.purge(wanted) for shard in (await self._routes()).every])
+
+
+async def announce_layout(conn: runner.Runner, keys: QueueKeys) -> None:
+    """Publish a layout change on a (sub-)queue's channel: its consumers read the layout again.
+    A hint only (consumers also read it every safety interval), so a failure is ignored."""
+    command = "SPUBLISH" if keys.sharded_channel else "PUBLISH"
+    try:
+        await conn.command(command, keys.channel, b"layout")
+    except Exception as exc:  # e.g. Redis 6.2 has no SPUBLISH
+        log.debug("delayq: could not announce a layout change on %s: %s", keys.channel, exc)

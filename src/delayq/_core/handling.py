@@ -118,6 +118,9 @@ class WorkerHealth:
     internal_errors: int = 0
     loop_restarts: int = 0
     reason: str | None = None  # why the worker is not alive; None while it is
+    # Queues Redis has never seen (nothing offered, not created): the worker waits on them,
+    # alive, but a misspelt name would leave it idle for ever.
+    unknown_queues: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}

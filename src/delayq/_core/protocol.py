@@ -150,6 +150,12 @@ def offer_options(priority: int, key: str | None, key_ttl_ms: int, ttl_ms: int) 
     return f"{priority}|{key_ttl_ms}|{ttl_ms}|{key or ''}"
 
 
+def spec_key(spec: OfferSpec) -> str | None:
+    """The dedup key an encoded offer carries in its options, if any."""
+    key = spec.options.split("|", 3)[3] if spec.options else ""
+    return key or None
+
+
 def offer_args(mode: DedupMode, specs: Sequence[OfferSpec]) -> list[Any]:
     args: list[Any] = [mode.value]
     for spec in specs:

@@ -59,6 +59,14 @@ def shard_names(name: str, shards: int) -> list[str]:
     return names
 
 
+def is_part_of(sub: str, name: str) -> bool:
+    """Whether ``sub`` is queue ``name`` itself or one of its sub-queues."""
+    if sub == name:
+        return True
+    shard, dot, salt = sub.removeprefix(f"{name}~").partition(".")
+    return sub.startswith(f"{name}~") and shard.isdigit() and bool(dot) and salt.isdigit()
+
+
 def shard_of(route: str, shards: int) -> int:
     """The shard of a routing value (a dedup key or a task id): stable across processes."""
     return zlib.crc32(route.encode("utf-8", "surrogatepass")) % shards
@@ -92,6 +100,26 @@ class Layout:
         if self.previous is not None:
             names += [name] if self.previous == 0 else shard_names(name, self.previous)
         return names
+
+
+def layout_names(name: str, layout: Layout | None) -> tuple[list[str], list[str]]:
+    """The (sub-)queue names of a queue's current layout and of the previous one (empty but
+    during a reshard); an unsharded queue is one shard under its own name."""
+    if layout is None:
+        return [name], []
+    names = layout.names(name)
+    return names[: layout.shards], names[layout.shards :]
+
+
+def describe(layout: Layout | None) -> str:
+    """A layout in words, for messages."""
+    if layout is None:
+        return "unsharded"
+    text = f"{layout.shards} shard{'s' if layout.shards != 1 else ''}"
+    if layout.previous is not None:
+        was = "unsharded" if layout.previous == 0 else f"{layout.previous} shards"
+        text += f" (resharding from {was})"
+    return text
 
 
 def recorded_layout(value: object) -> Layout | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 _HISTORY = 256
 
@@ -44,3 +46,23 @@ def due_of(data: object) -> int | None:
         return int(data)
     except ValueError:
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class WakePlan:
+    """How a consumer with nothing to take waits: for news by the timer for ``timer_s``
+    seconds (none if not positive), then yielding until ``until`` (monotonic), when it looks
+    at Redis again."""
+
+    until: float
+    timer_s: float
+
+
+def plan_wait(now: float, wakes: Sequence[float], deadline: float | None, slack: float) -> WakePlan:
+    """The wait until the earliest of ``wakes`` (each shard's next due time or safety look)
+    or the caller's ``deadline``. A timer may fire late (asyncio's by up to ~1 ms), so a wait
+    for a due time stops ``slack`` short of it and the caller yields the rest away; a wait
+    for a deadline needs no such care."""
+    wake_at = min(wakes)
+    until = wake_at if deadline is None else min(wake_at, deadline)
+    return WakePlan(until, until - now - (slack if until == wake_at else 0.0))

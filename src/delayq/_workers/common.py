@@ -164,6 +164,7 @@ def health_of(
         internal_errors=counters.internal_errors,
         loop_restarts=counters.loop_restarts,
         reason=reason,
+        unknown_queues=tuple(q.name for q in queues if q.known is False),
     )
 
 

@@ -128,9 +128,6 @@ class Session:
         self._shard_counts: dict[str, int] | None = None
 
     def queue(self, name: str, **options: Any) -> DelayQueue:
-        shards = self.shard_counts().get(name)
-        if shards is not None:
-            options.setdefault("shards", shards)  # a sharded queue is opened as one
         q = DelayQueue(
             name, self.client, prefix=self.prefix, reconnect_timeout=CALL_TIMEOUT, **options
         )

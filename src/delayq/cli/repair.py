@@ -10,7 +10,6 @@ import typer
 
 from .. import DelayQueue
 from .._core.keys import QueueKeys
-from .._core.scripts import Op
 from ..exceptions import ConfigError
 from . import render
 from .common import (
@@ -24,7 +23,6 @@ from .common import (
     RedisOpt,
     State,
     bad,
-    err,
     say,
     session,
     warn,
@@ -81,30 +79,8 @@ def requeue(
 
 
 def requeue_all(q: DelayQueue) -> int:
-    """``requeue_dead()`` in batches, with a progress bar on stderr."""
-    # Only this command draws a progress bar: the others never import rich.progress.
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    total = q.stats().dead
-    moved, offset = 0, 0
-    with Progress(
-        TextColumn("requeue"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    ) as progress:
-        bar = progress.add_task("requeue", total=total)
-        while True:
-            # The library's own loop (requeue_dead()), one batch at a time to show progress.
-            reply = q._run(Op.REQUEUE, [BATCH, offset])
-            done, examined = int(reply[0]), int(reply[1])
-            moved += done
-            offset += examined - done
-            progress.update(bar, advance=examined, total=max(total, moved + offset))
-            if examined < BATCH:
-                return moved
+    """``requeue_dead()`` of every dead task (in batches of 1000, shard by shard)."""
+    return q.requeue_dead()
 
 
 @app.command()

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .._sync.sharded import finish_reshard, reshard
+from .._sync.reshard import finish_reshard, reshard
 from .common import DEFAULT_URL, CliError, PrefixOpt, QueueArg, RedisOpt
 
 app = typer.Typer()  # its command is a top-level one of `delayq` (see app.py)
@@ -29,9 +29,9 @@ def reshard_command(
 ) -> None:
     """Move a live queue to N shards, or end such a move (--finish).
 
-    Nothing is copied: new tasks go to the new layout and consumers opened with
-    shards=N drain the old one at its tasks' due times. Start consumers with the new
-    count, then producers; --finish once the old layout is empty.
+    Nothing is copied: every queue object follows the new layout (at once, or within its
+    safety interval): new tasks go to the new layout, consumers drain the old one at its
+    tasks' due times. --finish once the old layout is empty.
     """
     if (shards is None) == (not finish):
         raise CliError("give either --shards N or --finish", code=2)
@@ -44,6 +44,6 @@ def reshard_command(
         new, _, old = layout.partition("<")
         was = "unsharded" if old == "0" else f"{old} shards"
         sys.stdout.write(
-            f"{queue}: resharding from {was} to {new}; start consumers with shards={new}, "
-            f"then producers, then: delayq reshard {queue} --finish\n"
+            f"{queue}: resharding from {was} to {new} shards; producers and consumers follow, "
+            f"the old layout drains at its due times; then: delayq reshard {queue} --finish\n"
         )

@@ -60,13 +60,8 @@ class Monitor:
         """The (cached) queue object of ``name``; raises ConfigError for an invalid name."""
         q = self._queues.get(name)
         if q is None:
-            layout = self._layouts.get(name)
-            q = AsyncDelayQueue(
-                name,
-                self.runner,
-                prefix=self.prefix,
-                reconnect_timeout=self.timeout / 2,
-                shards=layout.shards if layout is not None else None,
+            q = AsyncDelayQueue(  # it follows the layout Redis recorded for it
+                name, self.runner, prefix=self.prefix, reconnect_timeout=self.timeout / 2
             )
             self._queues[name] = q
             while len(self._queues) > self.max_cached:

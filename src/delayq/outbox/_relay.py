@@ -394,7 +394,7 @@ async def _offer_encoded(
     The outbox encoded each payload with the queue's own code inside the producer's
     transaction, so the relay passes the bytes on rather than decoding and re-encoding them
     (it may not even have the payload types). This is the one call into the queue's offer
-    path below ``offer_many``: ids are never redrawn (``drawn`` False), because the producer
-    already returned them.
+    path below ``offer_many``: ids are never redrawn, because the producer already returned
+    them.
     """
-    return await queue._write_offers(mode, specs, [False] * len(specs))
+    return await queue._offer_encoded(mode, specs)

@@ -1,0 +1,445 @@
+"""AsyncShard: the queue engine on one hash tag, so on one cluster slot.
+
+A queue's tasks live in one or more shards: an unsharded queue is one shard under its own
+name, a sharded one N under ``<name>~<i>.<salt>``, a queue being resharded both layouts'. A
+shard owns its keys and its channel and runs its scripts through the shared connection layer;
+the queue (``queue.py``) is the one face that routes calls to its shards. What a consumer
+learned about a shard (its last empty look, the tasks an ack fetched ahead) is kept per face
+in a :class:`Watch`, so that a ``with_policy`` view keeps its own.
+
+The sync ``Shard`` in ``_sync/shard.py`` is generated from this file by
+``scripts/unasync.py``; edit here and regenerate.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from .._core import protocol
+from .._core.durability import Durability
+from .._core.envelope import EnvelopeCodec
+from .._core.keys import QueueKeys
+from .._core.models import DedupMode, TaskInfo, TaskState, to_datetime
+from .._core.offers import TaskId, task_ids_of
+from .._core.protocol import FetchResult, OfferSpec, Policy, RawTask
+from .._core.scripts import Op
+from .._core.text import printable, utf8_safe
+from ..exceptions import DecodeError, NotDurable, RedisUnavailable, ServerError
+from . import backend, runner
+
+log = logging.getLogger("delayq")
+
+
+@dataclass(frozen=True, slots=True)
+class ShardSettings:
+    """What every shard of one queue shares: the logical name (for messages), the codec,
+    the durability asked for and how long a call's receipt lives."""
+
+    name: str
+    codec: EnvelopeCodec
+    durability: Durability | None
+    receipt_ms: int
+
+
+class Quiet(NamedTuple):
+    """What an empty look at a shard found: nothing due before ``wake_at`` (monotonic),
+    unless its channel has news after ``mark``."""
+
+    mark: int
+    wake_at: float
+    fetched_at: float
+    result: FetchResult
+
+
+@dataclass(eq=False)
+class Ahead:
+    """Tasks a consumer loop's ack fetched ahead for the next take(), with when they were
+    leased (monotonic), and the loop's pace, which bounds how many are worth fetching."""
+
+    tasks: deque[tuple[Any, float]] = field(default_factory=deque)
+    consuming: bool = False  # take()/poll() handed a task out: acks may fetch ahead
+    last_ack: float = 0.0
+    pace: float | None = None  # seconds between acks, smoothed
+
+    def want(self, fetch_ahead: int, lease_ms: int) -> int:
+        """How many tasks the next ack should fetch ahead: as many as the loop hands out in
+        a quarter of the lease at its pace (so each keeps at least half of it), at least one
+        and at most ``fetch_ahead``; none outside a take()/poll() loop."""
+        if not self.consuming or fetch_ahead == 0 or lease_ms == 0:
+            return 0
+        now = time.monotonic()
+        if self.last_ack:
+            gap = now - self.last_ack
+            self.pace = gap if self.pace is None else 0.8 * self.pace + 0.2 * gap
+        self.last_ack = now
+        if self.pace is None:
+            return 1
+        return max(1, min(fetch_ahead, int(lease_ms / 4000 / max(self.pace, 1e-6))))
+
+
+@dataclass(eq=False)
+class Watch:
+    """One face's knowledge of one shard: its last empty look and what was fetched ahead."""
+
+    shard: AsyncShard
+    quiet: Quiet | None = None
+    ahead: Ahead = field(default_factory=Ahead)
+    heard_unknown: bool = False  # news of unknown content came (a reconnect, a reshard)
+
+    def quiet_until(self) -> float | None:
+        """When the shard must next be looked at (monotonic), from its last empty look and
+        the announcements since; None: look now."""
+        quiet = self.quiet
+        if quiet is None:
+            return None
+        notifier = self.shard.notifier
+        if notifier.mark() != quiet.mark:
+            mark, due_ms = notifier.news(quiet.mark)
+            if due_ms is None:
+                self.quiet = None
+                self.heard_unknown = True
+                return None
+            wake_at = min(quiet.wake_at, quiet.fetched_at + quiet.result.seconds_until(due_ms))
+            quiet = self.quiet = quiet._replace(mark=mark, wake_at=wake_at)
+        return quiet.wake_at
+
+
+class AsyncShard:
+    """The keys, channel and script calls of one (sub-)queue."""
+
+    def __init__(
+        self, conn: runner.Runner, keys: QueueKeys, settings: ShardSettings, bell: backend.Bell
+    ) -> None:
+        self.keys = keys
+        self._key_list = keys.all
+        self._offer_one_keys = keys.offer_one
+        self._runner = conn
+        self._settings = settings
+        self.notifier = backend.Notifier(conn.client, keys.channel, bell)
+
+    @property
+    def name(self) -> str:
+        """The (sub-)queue's name: its hash tag."""
+        return self.keys.name
+
+    async def close(self) -> None:
+        await self.notifier.close()
+
+    # -- calls ------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        op: Op,
+        args: list[Any],
+        *,
+        deadline: float | None = -1.0,
+        keys: Sequence[str] | None = None,
+    ) -> Any:
+        """Run a script through the connection layer (which retries lost connections and
+        failovers until ``deadline``: -1 for the reconnect timeout, None for ever). Every
+        script is safe to resend after a lost reply (see their headers: receipts or checks)."""
+        try:
+            return await self._runner.run(op, keys or self._key_list, args, deadline=deadline)
+        except (RedisUnavailable, ServerError) as exc:
+            raise type(exc)(f"queue {self._settings.name!r}: {exc}") from exc
+
+    async def write(
+        self,
+        op: Op,
+        arg_lists: list[list[Any]],
+        task_ids: Sequence[str],
+        *,
+        keys: Sequence[str] | None = None,
+    ) -> list[Any]:
+        """Run a writing script once per argument list, in order, on one connection; with a
+        :class:`Durability`, followed on that connection by its WAIT, and a shortfall raised
+        as :class:`NotDurable` (or logged). Resending is safe as in :meth:`run`."""
+        durability = self._settings.durability
+        tail = durability.commands() if durability is not None else ()
+        try:
+            replies = await self._runner.batch(op, keys or self._key_list, arg_lists, tail=tail)
+        except (RedisUnavailable, ServerError) as exc:
+            raise type(exc)(f"queue {self._settings.name!r}: {exc}") from exc
+        if durability is None:
+            return replies
+        scripts = replies[: len(arg_lists)]
+        short = durability.shortfall(replies[len(arg_lists) :])
+        if short is not None:
+            message = (
+                f"queue {self._settings.name!r}: {len(task_ids)} task(s) written but not "
+                f"confirmed within {durability.timeout:g} s: {short}"
+            )
+            if durability.on_shortfall == "raise":
+                raise NotDurable(message, [str(task_id) for task_id in task_ids])
+            log.warning("delayq: %s", message)
+        return scripts
+
+    # -- producing --------------------------------------------------------------------------
+
+    async def offer_plain(self, spec: OfferSpec) -> TaskId:
+        """Offer a task with no options but its delay, whose id the queue drew: one short
+        script (offer_one.lua), the producer's hot path."""
+        for _ in range(protocol.ID_DRAWS):
+            if self._settings.durability is None:
+                status = await self.run(Op.OFFER_ONE, list(spec[:3]), keys=self._offer_one_keys)
+            else:
+                (status,) = await self.write(
+                    Op.OFFER_ONE, [list(spec[:3])], [spec.id], keys=self._offer_one_keys
+                )
+            if status != protocol.ID_TAKEN:  # 0: an earlier attempt wrote it, reply lost
+                return TaskId(spec.id)
+            spec = spec._replace(id=protocol.new_task_id())
+        raise protocol.no_free_id()
+
+    async def write_offers(
+        self, mode: DedupMode, specs: Sequence[OfferSpec], drawn: Sequence[bool], draws: int = 1
+    ) -> list[TaskId]:
+        """Offer ``specs`` in order and say what each did. ``drawn[i]``: the queue drew
+        ``specs[i].id``, so if another task holds it (two producers drew the same id) it draws
+        a new one and offers that task again."""
+        chunks = [
+            specs[start : start + protocol.OFFER_CHUNK]
+            for start in range(0, len(specs), protocol.OFFER_CHUNK)
+        ]
+        # In order, on one connection: a later task with the same key or id must lose.
+        arg_lists = [protocol.offer_args(mode, chunk) for chunk in chunks]
+        replies = await self.write(Op.OFFER, arg_lists, [spec.id for spec in specs])
+        ids, statuses = task_ids_of(replies, specs, drawn)
+        taken = []
+        if protocol.ID_TAKEN in statuses:  # rare: skip the scan when nothing was taken
+            taken = [i for i, st in enumerate(statuses) if st == protocol.ID_TAKEN and drawn[i]]
+        if taken:
+            if draws >= protocol.ID_DRAWS:
+                raise protocol.no_free_id()
+            fresh = protocol.new_task_ids(len(taken))
+            again = [specs[i]._replace(id=new_id) for i, new_id in zip(taken, fresh, strict=True)]
+            settled = await self.write_offers(mode, again, [True] * len(again), draws + 1)
+            for i, task_id in zip(taken, settled, strict=True):
+                ids[i] = task_id
+        return ids
+
+    async def holds_key(self, key: str) -> bool:
+        """Whether a live task of this shard holds dedup ``key``."""
+        return bool(await self._runner.command("HEXISTS", self.keys.key("keys"), key))
+
+    async def cancel(self, task_id: str) -> bool:
+        receipt = self.keys.receipt("cancel", protocol.new_nonce())
+        reply = await self.run(
+            Op.CANCEL, [self._settings.receipt_ms, task_id], keys=(*self._key_list, receipt)
+        )
+        return bool(int(reply[0]))
+
+    async def reschedule(self, task_id: str, kind: str, value: Any) -> bool:
+        return bool(int((await self.run(Op.RESCHEDULE, [task_id, kind, value]))[0]))
+
+    # -- reading ----------------------------------------------------------------------------
+
+    async def get(self, task_id: str) -> TaskInfo | None:
+        info = protocol.parse_info(await self.run(Op.INFO, [task_id]))
+        if not info.state:
+            return None
+        state = TaskState(info.state)
+        if (
+            state is TaskState.DELAYED
+            and info.score_ms is not None
+            and info.score_ms <= info.now_ms
+        ):
+            state = TaskState.READY
+        return self.task_info(
+            task_id, state, info.score_ms, info.attempts, info.envelope, info.error,
+            info.expires_ms,
+        )  # fmt: skip
+
+    def task_info(
+        self,
+        task_id: str,
+        state: TaskState,
+        score_ms: int | None,
+        attempts: int,
+        envelope: bytes | None,
+        error: str | None,
+        expires_ms: int | None,
+    ) -> TaskInfo:
+        """A TaskInfo from stored parts; ``score_ms`` means the due time, lease expiry or time
+        of death, by state. An undecodable envelope shows as its error, never raises."""
+        payload: Any = None
+        headers: dict[str, str] = {}
+        priority, key = 0, None
+        if envelope:
+            try:
+                decoded = self._settings.codec.decode(envelope)
+                payload, headers = decoded.payload, dict(decoded.headers)
+                priority, key = decoded.priority, decoded.key
+            except DecodeError as exc:
+                error = error or f"undecodable: {exc}"
+        when = to_datetime(score_ms)
+        return TaskInfo(
+            id=task_id,
+            state=state,
+            payload=payload,
+            attempts=attempts,
+            priority=priority,
+            headers=headers,
+            key=key,
+            due_at=when if state in (TaskState.DELAYED, TaskState.READY) else None,
+            lease_expires_at=when if state is TaskState.INFLIGHT else None,
+            dead_at=when if state is TaskState.DEAD else None,
+            expires_at=to_datetime(expires_ms),
+            last_error=error,
+        )
+
+    def stats_call(self, overdue_ms: int) -> tuple[Op, tuple[str, ...], list[Any]]:
+        """The stats script call, for the connection layer's ``many()``."""
+        return (Op.STATS, self._key_list, [overdue_ms])
+
+    async def dead(self, offset: int, limit: int) -> list[tuple[str, int, int, str | None, Any]]:
+        """Dead letters, oldest first: (id, dead ms, attempts, error, payload or raw bytes)."""
+        rows = protocol.parse_dead(await self.run(Op.DEAD, [offset, limit]))
+        result = []
+        for task_id, dead_ms, attempts, error, envelope in rows:
+            try:
+                payload = self._settings.codec.decode(envelope).payload if envelope else None
+            except DecodeError:
+                payload = envelope  # keep the raw bytes visible: that is why it is here
+            result.append((task_id, dead_ms, attempts, error, payload))
+        return result
+
+    async def requeue_dead(self, task_id: str | None) -> int:
+        if task_id is not None:
+            return int((await self.run(Op.REQUEUE, [1, 0, task_id]))[0])
+        total, offset, batch = 0, 0, 1000
+        while True:
+            reply = await self.run(Op.REQUEUE, [batch, offset])
+            moved, examined = int(reply[0]), int(reply[1])
+            total += moved
+            offset += examined - moved  # the ones left dead stay at the front
+            if examined < batch:
+                return total
+
+    async def tasks(self, state: TaskState, offset: int, limit: int) -> list[TaskInfo]:
+        reply = await self.run(Op.TASKS, [state.value, offset, limit])
+        return [
+            self.task_info(
+                bytes(reply[i]).decode("utf-8", "surrogateescape"),  # as fetch reads ids
+                state,
+                int(float(reply[i + 1])) // 10,
+                int(reply[i + 2]),
+                bytes(reply[i + 3]),
+                bytes(reply[i + 4]).decode(errors="replace") or None,
+                int(float(reply[i + 5])) if reply[i + 5] else None,
+            )
+            for i in range(1, len(reply), 6)
+        ]
+
+    async def purge(self, wanted: Sequence[str]) -> int:
+        total, batch = 0, 1000
+        while True:
+            deleted = int((await self.run(Op.PURGE, [batch, *wanted]))[0])
+            total += deleted
+            if deleted < batch:
+                return total
+
+    # -- consuming --------------------------------------------------------------------------
+
+    async def fetch(
+        self,
+        watch: Watch,
+        policy: Policy,
+        count: int,
+        deadline: float | None,
+        safety_s: float,
+        acks: Sequence[Any] = (),
+    ) -> tuple[list[RawTask], FetchResult]:
+        """One fetch script call: ack ``acks`` (tasks with ``id`` and ``lease_token``), then
+        lease up to ``count`` due tasks. A look that leases nothing records in ``watch`` when
+        the next one is worth making."""
+        mark = self.notifier.mark()
+        args = protocol.fetch_args(policy, count, self._settings.receipt_ms)
+        for task in acks:
+            args += (task.id, task.lease_token)
+        sent_at = backend.monotonic()
+        reply = await self.run(
+            Op.FETCH,
+            args,
+            deadline=deadline,
+            keys=(*self._key_list, self.keys.receipt("fetch", args[2])),
+        )
+        result = protocol.parse_fetch(reply)
+        # The server read its clock about halfway through the round trip: plan from there.
+        received_at = backend.monotonic()
+        fetched_at = (sent_at + received_at) / 2 if received_at - sent_at < 0.05 else received_at
+        watch.quiet = None
+        if not result.tasks:
+            wake_at = fetched_at + safety_s
+            if result.next_wake_ms is not None:
+                wake_at = min(wake_at, fetched_at + result.seconds_until(result.next_wake_ms))
+            watch.quiet = Quiet(mark, wake_at, fetched_at, result)
+        return list(result.tasks), result
+
+    async def bury_undecodable(self, policy: Policy, raw: RawTask, exc: Exception) -> None:
+        """Dead-letter a delivered task that cannot be read, addressed by its id's raw bytes
+        (the id itself may be what cannot be read), its envelope kept as stored."""
+        try:
+            reason = str(exc)
+        except Exception:  # an exception whose __str__ raises still has a type
+            reason = ""
+        reason = f"{type(exc).__name__}: {reason}" if not isinstance(exc, DecodeError) else reason
+        log.error(
+            "delayq: task %s in %s cannot be decoded, dead-lettered: %s",
+            printable(raw.id_bytes), self._settings.name, printable(reason),
+        )  # fmt: skip
+        error = f"undecodable: {reason}"  # nack_args and the BURY line make it valid UTF-8
+        if raw.token is None:
+            await self.run(
+                Op.BURY, [raw.id_bytes, raw.envelope, 9 - raw.priority, utf8_safe(error)]
+            )
+        else:
+            await self.run(
+                Op.NACK,
+                protocol.nack_args(policy, raw.id_bytes, raw.token, "undecodable", 0, error),
+            )
+
+    def ack_calls(self, leased: Sequence[Any]) -> list[tuple[tuple[str, ...], list[Any]]]:
+        """The ack script calls for ``leased`` (tasks with ``id`` and ``lease_token``), in
+        batches of at most MAX_BATCH: keys and arguments."""
+        calls = []
+        for start in range(0, len(leased), protocol.MAX_BATCH):
+            args: list[Any] = [self._settings.receipt_ms]
+            for t in leased[start : start + protocol.MAX_BATCH]:
+                args += (t.id, t.lease_token)
+            receipt = self.keys.receipt("ack", protocol.new_nonce())
+            calls.append(((*self._key_list, receipt), args))
+        return calls
+
+    async def ack(self, leased: Sequence[Any]) -> list[bool]:
+        """Ack ``leased`` in order; False where the lease was lost."""
+        after_ack = self._settings.durability is not None and self._settings.durability.after_ack
+        acked: list[bool] = []
+        for keys, args in self.ack_calls(leased):
+            if after_ack:
+                (reply,) = await self.write(Op.ACK, [args], args[1::2], keys=keys)
+            else:
+                reply = await self.run(Op.ACK, args, keys=keys)
+            acked += acked_of(reply)
+        return acked
+
+    async def give_back(
+        self, policy: Policy, task_id: str, token: str, outcome: str, delay_ms: int, error: str
+    ) -> bool:
+        """Retry, release or dead-letter a leased task; False if the lease was lost."""
+        args = protocol.nack_args(policy, task_id, token, outcome, delay_ms, error)
+        return int((await self.run(Op.NACK, args))[0]) != 0
+
+    async def extend(self, task_id: str, token: str, ms: int) -> int:
+        """Keep a lease ``ms`` longer; the new expiry (epoch ms), negative if it was lost."""
+        return int(await self.run(Op.EXTEND, [task_id, token, ms]))
+
+
+def acked_of(reply: Sequence[Any]) -> list[bool]:
+    """An ack script's reply: True where the task was acked, False where its lease was lost."""
+    return [int(status) != 0 for status in reply]

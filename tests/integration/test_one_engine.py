@@ -1,0 +1,263 @@
+"""One queue class on every layout: one slot, 4 shards, or mid-reshard (4 shards with the
+unsharded layout still draining), on a standalone server and on a cluster, through public
+calls only. Also the defects of the two-implementation design, each a test."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from delayq import AsyncDelayQueue, DelayQueue, Offer, TaskState, Worker
+from delayq._sync.reshard import finish_reshard, reshard
+from delayq.embedded import EmbeddedCluster, EmbeddedRedis
+
+from ..conftest import BINARIES
+from ..helpers import wait_until
+
+LAYOUTS = ["one-slot", "4-shards", "mid-reshard"]
+CLI = [sys.executable, "-m", "delayq.cli"]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[EmbeddedCluster]:
+    c = EmbeddedCluster(3, BINARIES[0][1]).start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(params=["standalone", "cluster"])
+def url(request: pytest.FixtureRequest, redis7_server: EmbeddedRedis) -> str:
+    if request.param == "standalone":
+        return redis7_server.url
+    cluster: EmbeddedCluster = request.getfixturevalue("cluster")
+    return f"redis+cluster://127.0.0.1:{cluster.nodes[0].port}"
+
+
+@pytest.fixture(params=LAYOUTS)
+def layout(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def open_queue(url: str, prefix: str, layout: str) -> Iterator[Callable[..., DelayQueue[Any]]]:
+    """Opens queue objects on a queue laid out as ``layout``; the first call creates it (and
+    leaves an unsharded task behind for mid-reshard), later ones open it plainly."""
+    opened: list[DelayQueue[Any]] = []
+    made = False
+
+    def open_(name: str = "orders", **options: Any) -> DelayQueue[Any]:
+        nonlocal made
+        if not made:
+            made = True
+            if layout == "4-shards":
+                with DelayQueue(name, url, prefix=prefix, shards=4) as creator:
+                    creator.offer("creator", delay=3600)
+            elif layout == "mid-reshard":
+                with DelayQueue(name, url, prefix=prefix) as old:
+                    old.offer("old layout", delay=3600, key="old-key")
+                reshard(name, url, shards=4, prefix=prefix)
+        q: DelayQueue[Any] = DelayQueue(name, url, prefix=prefix, **options)
+        opened.append(q)
+        return q
+
+    yield open_
+    for q in opened:
+        q.close()
+
+
+def _baseline(q: DelayQueue[Any], layout: str) -> int:
+    """Tasks the layout's setup left behind (delayed an hour)."""
+    return 0 if layout == "one-slot" else 1
+
+
+def test_every_operation_on_every_layout(
+    open_queue: Callable[..., DelayQueue[Any]], layout: str
+) -> None:
+    producer = open_queue(visibility_timeout=5)
+    consumer = open_queue(visibility_timeout=5)  # opened without shards=, like any consumer
+    base = _baseline(producer, layout)
+    ids = producer.offer_many([(n, 0) for n in range(40)])
+    keyed = producer.offer("keyed", delay=60, key="close:7")
+    assert producer.offer("again", delay=60, key="close:7") == keyed  # dedup on every layout
+    if layout == "mid-reshard":  # a key still live in the old layout stays there
+        assert producer.offer("x", delay=60, key="old-key").outcome == "existing"
+    mine = producer.offer("by id", delay=60, id="order-1-close")
+    assert producer.get(mine) is not None and producer.get(keyed) is not None
+    assert producer.reschedule(mine, delay=120)
+    assert producer.cancel(mine) and producer.get(mine) is None
+    stats = producer.stats()
+    assert (stats.ready, stats.delayed) == (40, 1 + base)
+    assert len(producer.tasks(TaskState.READY, limit=100)) == 40
+
+    done: set[str] = set()
+    rejected = None
+    while len(done) < 39 or rejected is None:
+        task = consumer.poll(timeout=5)
+        assert task is not None, "a consumer opened without shards= sees every task"
+        assert task.queue is consumer and task.queue.name == "orders"  # the logical queue
+        if task.payload != 13:
+            assert task.id not in done
+            task.ack()
+            done.add(task.id)
+        elif task.attempts == 1:
+            task.retry(delay=0, error="boom")
+        else:  # it came back: to the dead letters, then requeued and finished below
+            task.reject("bad")
+            rejected = task
+    (dead,) = consumer.dead()
+    assert dead.id == rejected.id and dead.error == "bad"
+    assert producer.requeue_dead() == 1
+    with consumer.consume(timeout=1) as tasks:
+        for task in tasks:
+            assert task.id == rejected.id
+    assert done | {rejected.id} == set(ids)
+    stats = producer.stats()
+    assert (stats.ready, stats.inflight, stats.dead, stats.counters["acked"]) == (0, 0, 0, 40)
+    assert producer.purge(["delayed"]) == 1 + base
+    assert producer.stats().total == 0
+    if layout == "mid-reshard":
+        assert finish_reshard("orders", producer._runner, prefix=producer.keys.prefix) == "4"
+
+
+async def test_async_face_on_every_layout(
+    open_queue: Callable[..., DelayQueue[Any]], url: str, prefix: str, layout: str
+) -> None:
+    open_queue().close()  # lays the queue out
+    async with AsyncDelayQueue("orders", url, prefix=prefix) as q:
+        ids = await q.offer_many([(n, 0) for n in range(20)])
+        got = []
+        while len(got) < 20:
+            batch = await q.poll_many(20, timeout=5)
+            assert batch
+            assert all(t.queue is q for t in batch)
+            assert all(await q.ack_many(batch))
+            got += [t.id for t in batch]
+        assert sorted(got) == sorted(ids)
+        assert (await q.stats()).counters["acked"] == 20
+
+
+def test_worker_on_every_layout(open_queue: Callable[..., DelayQueue[Any]]) -> None:
+    q = open_queue(visibility_timeout=5)
+    ids = set(q.offer_many([(n, 0) for n in range(100)]))
+    done: Counter[str] = Counter()
+    names: set[str] = set()
+    lock = threading.Lock()
+
+    def handle(task: Any) -> None:
+        with lock:
+            done[task.id] += 1
+            names.add(task.queue.name)
+
+    worker = Worker(open_queue(), handle, concurrency=4)
+    with worker.start_background():
+        wait_until(lambda: len(done) == 100, timeout=30)
+    assert set(done) == ids and max(done.values()) == 1
+    assert names == {"orders"}
+
+
+def test_cli_on_every_layout(
+    open_queue: Callable[..., DelayQueue[Any]], url: str, prefix: str
+) -> None:
+    q = open_queue(visibility_timeout=5)
+    ids = q.offer_many([(n, 0) for n in range(6)])
+    for _ in range(6):
+        task = q.poll(timeout=5)
+        assert task is not None
+        task.reject("for the CLI")
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    common = ["--redis", url, "--prefix", prefix]
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*CLI, *args, *common], capture_output=True, text=True, env=env, timeout=60
+        )
+
+    listed = cli("dead", "orders")
+    assert listed.returncode == 0, listed.stderr
+    assert all(task_id in listed.stdout for task_id in ids)
+    one = cli("requeue", "orders", ids[0])
+    assert one.returncode == 0, one.stderr
+    every = cli("requeue", "orders", "--all")
+    assert every.returncode == 0, every.stderr
+    assert "Traceback" not in every.stderr and "AttributeError" not in every.stderr
+    assert q.stats().dead == 0 and q.stats().ready == 6
+    shown = cli("get", "orders", ids[1])
+    assert shown.returncode == 0 and ids[1] in shown.stdout, shown.stderr
+    cancelled = cli("cancel", "orders", ids[1])
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert q.get(ids[1]) is None
+
+
+def test_a_consumer_opened_before_a_reshard_follows_it(
+    redis7_server: EmbeddedRedis, prefix: str
+) -> None:
+    url = redis7_server.url
+    with (
+        DelayQueue("mail", url, prefix=prefix) as producer,
+        DelayQueue("mail", url, prefix=prefix, safety_interval=30) as consumer,
+    ):
+        producer.offer("before", delay=0)
+        first = consumer.poll(timeout=5)
+        assert first is not None and first.payload == "before"
+        first.ack()
+        reshard("mail", url, shards=4, prefix=prefix)  # announces it on the old channel
+        with DelayQueue("mail", url, prefix=prefix) as new_producer:
+            ids = set(new_producer.offer_many([(n, 0) for n in range(8)]))
+        got = set()
+        while len(got) < 8:
+            # Well within the consumer's 30-s safety interval: the announcement moved it.
+            task = consumer.poll(timeout=10)
+            assert task is not None, "the old consumer follows the new layout"
+            got.add(task.id)
+            task.ack()
+        assert got == ids and consumer.shards == 4
+
+
+def test_a_task_points_at_the_logical_queue(redis7_server: EmbeddedRedis, prefix: str) -> None:
+    with DelayQueue("orders", redis7_server.url, prefix=prefix, shards=4) as q:
+        q.offer_many([Offer(n, 0, key=f"k{n}") for n in range(8)])
+        names = {q.poll(timeout=5).queue.name for _ in range(8)}  # type: ignore[union-attr]
+        assert names == {"orders"}
+
+
+def test_a_consumer_of_an_unknown_queue_says_so(
+    redis7_server: EmbeddedRedis, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = redis7_server.url
+    with DelayQueue("orders", url, prefix=prefix) as real:
+        real.offer("x", delay=60)
+    with caplog.at_level(logging.WARNING, logger="delayq"):
+        with DelayQueue("ordres", url, prefix=prefix) as typo:
+            assert typo.poll(timeout=0) is None
+            assert typo.known is False
+        with DelayQueue("brand-new", url, prefix=prefix, create=True) as new:
+            assert new.poll(timeout=0) is None
+            assert new.known is True
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("'ordres' is unknown" in w and "did you mean 'orders'" in w for w in warnings)
+    assert not any("brand-new" in w for w in warnings)
+
+
+def test_a_worker_on_an_unknown_queue_says_so_in_its_health(
+    redis7_server: EmbeddedRedis, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = redis7_server.url
+    with DelayQueue("orders", url, prefix=prefix) as real:
+        real.offer("x", delay=60)
+    with (
+        caplog.at_level(logging.WARNING, logger="delayq"),
+        DelayQueue("ordres", url, prefix=prefix) as typo,
+    ):
+        worker = Worker(typo, lambda task: None)
+        with worker.start_background():
+            wait_until(lambda: worker.health().unknown_queues == ("ordres",), timeout=10)
+            assert worker.health().alive
+    assert any("did you mean 'orders'" in r.getMessage() for r in caplog.records)
