@@ -18,9 +18,13 @@ import pytest
 from delayq import AsyncDelayQueue, DelayQueue, Offer, TaskState, Worker
 from delayq._sync.reshard import finish_reshard, reshard
 from delayq.embedded import EmbeddedCluster, EmbeddedRedis
+from delayq.outbox import Outbox, Relay
 
 from ..conftest import BINARIES
 from ..helpers import wait_until
+from ..outbox_support import offer_committed, outbox, pending, pg_dsn, table
+
+__all__ = ["outbox", "pg_dsn", "table"]  # fixtures used below
 
 LAYOUTS = ["one-slot", "4-shards", "mid-reshard"]
 CLI = [sys.executable, "-m", "delayq.cli"]
@@ -261,3 +265,21 @@ def test_a_worker_on_an_unknown_queue_says_so_in_its_health(
             wait_until(lambda: worker.health().unknown_queues == ("ordres",), timeout=10)
             assert worker.health().alive
     assert any("did you mean 'orders'" in r.getMessage() for r in caplog.records)
+
+
+def test_the_relay_feeds_a_sharded_queue(
+    outbox: Outbox, pg_dsn: str, table: str, redis_url: str, prefix: str
+) -> None:
+    """Rows for a sharded queue become tasks on their shards (the key's shard for a keyed
+    one, so dedup holds), found by id; nothing stays pending."""
+    with DelayQueue("orders", redis_url, prefix=prefix, shards=4) as q:
+        q.stats()  # lays the queue out in Redis
+        ids = offer_committed(outbox, pg_dsn, 12)
+        keyed = offer_committed(outbox, pg_dsn, 2, key="close:1")
+        assert pending(pg_dsn, table) == 14
+        assert Relay(pg_dsn, redis_url, table=table).relay_pending() == 14
+        assert pending(pg_dsn, table) == 0
+        assert all(q.get(task_id) is not None for task_id in ids)
+        assert q.get(keyed[0]) is not None and q.get(keyed[1]) is None  # one task per key
+        stats = q.stats()
+        assert stats.delayed == 13 and sum(1 for s in stats.shards if s.delayed) > 1
