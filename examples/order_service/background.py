@@ -31,7 +31,8 @@ class Background:
             raise ValueError(f"roles are some of {sorted(ROLES)}, not {sorted(roles)}")
         self.roles = roles
         self.relay = AsyncRelay(settings.dsn, settings.redis_url)
-        self.queue = AsyncDelayQueue(QUEUE, settings.redis_url, prefix=settings.prefix)
+        # The service offers to this queue itself: a new one is expected, not a typo.
+        self.queue = AsyncDelayQueue(QUEUE, settings.redis_url, prefix=settings.prefix, create=True)
         self._engine = engine
 
         async def close_order(task: AsyncTask) -> None:

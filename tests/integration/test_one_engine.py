@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -283,3 +285,43 @@ def test_the_relay_feeds_a_sharded_queue(
         assert q.get(keyed[0]) is not None and q.get(keyed[1]) is None  # one task per key
         stats = q.stats()
         assert stats.delayed == 13 and sum(1 for s in stats.shards if s.delayed) > 1
+
+
+@pytest.mark.parametrize("create", [False, True])
+def test_the_worker_command_on_a_misspelt_queue_says_so(
+    redis7_server: EmbeddedRedis, prefix: str, tmp_path: Path, create: bool
+) -> None:
+    """`delayq worker app:h --queue ordres` names the queue it cannot see at once, with the
+    one meant; `--create` says nothing."""
+    with DelayQueue("orders", redis7_server.url, prefix=prefix) as real:
+        real.offer("x", delay=60)
+    (tmp_path / "handlers_typo.py").write_text("def handle(task):\n    pass\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    command = [*CLI, "worker", "handlers_typo:handle", "-q", "ordres", "--redis"]
+    command += [redis7_server.url, "--prefix", prefix, *(["--create"] if create else [])]
+    proc = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines: list[str] = []
+    assert proc.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    try:
+        if create:  # the first look registers the queue: by then a warning would be out
+            with DelayQueue("ordres", redis7_server.url, prefix=prefix) as probe:
+                wait_until(lambda: probe.poll(timeout=0) is None and probe.known, timeout=15)
+            wait_until(lambda: any("worker started" in line for line in lines), timeout=15)
+        else:
+            wait_until(lambda: any("did you mean" in line for line in lines), timeout=15)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+        reader.join(5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(5)
+        proc.stdout.close()
+    out = "".join(lines)
+    warned = "'ordres' is unknown" in out and "did you mean 'orders'" in out
+    assert warned is not create, out

@@ -484,7 +484,7 @@ def test_health_and_health_file(
     expected = {
         "state", "alive", "running", "processed", "succeeded", "failed", "dead", "timed_out",
         "redis_errors", "seconds_since_progress", "seconds_since_fetch", "pid", "updated_at",
-        "internal_errors", "loop_restarts", "reason",
+        "internal_errors", "loop_restarts", "reason", "unknown_queues",
     }  # fmt: skip
     assert set(doc) == expected
     assert doc["state"] == "running" and doc["alive"] is True and doc["pid"] == os.getpid()

@@ -99,6 +99,12 @@ def worker(
     metrics_host: Annotated[
         str, typer.Option(metavar="HOST", help="Address for --metrics-port.")
     ] = "127.0.0.1",
+    create: Annotated[
+        bool,
+        typer.Option(
+            "--create", help="The queues are new: register them, no unknown-queue warning."
+        ),
+    ] = False,
     redis: RedisOpt = DEFAULT_URL,
     prefix: PrefixOpt = "dq",
 ) -> None:
@@ -122,6 +128,7 @@ def worker(
         "codec": codec,
         "max_attempts": max_attempts,
         "visibility_timeout": parse.duration(visibility_timeout, "--visibility-timeout"),
+        "create": create,
     }
     level = logging.getLevelName(log_level.upper())
     if not isinstance(level, int):
