@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from delayq._core.connection import Backoff, Failure
+from delayq._core.connection import Backoff, Failure, new_master_of
 from delayq._core.subscriptions import (
     Broken,
     Channels,
@@ -195,3 +195,8 @@ def test_retry_pause_doubles_waits_longest_when_unreachable_and_not_after_a_fail
     assert pauses[:3] == [0.02, 0.04, 0.08] and pauses[-1] == backoff.cap
     assert retry_pause(Backoff(), Failure.UNREACHABLE, 0.0, at_once=False) == Backoff().cap
     assert retry_pause(Backoff(), Failure.RETRY, 0.0, at_once=True) == 0.0
+
+
+def test_the_new_master_is_read_from_a_switch_master_message() -> None:
+    assert new_master_of(b"shop 127.0.0.1 7000 10.0.0.2 7001") == ("10.0.0.2", 7001)
+    assert new_master_of(b"shop 127.0.0.1 7000") is None

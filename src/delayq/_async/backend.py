@@ -18,7 +18,7 @@ from redis.connection import HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 
-from .._core.connection import FailoverNews, Target, Topology, failover_news
+from .._core.connection import FailoverNews, Target, Topology, failover_news, new_master_of
 from .._core.urls import safe_url
 from ..exceptions import ConfigError
 
@@ -242,10 +242,13 @@ class SentinelWatch:
     calls go on. Without this, a graceful failover leaves the old master taking writes until
     Sentinel demotes it, seconds later, and its demotion discards them. Every sentinel is
     watched: only the leader announces the promotion. ``on_switch`` is called after each
-    switch (the subscriber's pub/sub connections follow). Any other client: does nothing.
+    switch with the new master's address (the subscriber's pub/sub connections follow).
+    Any other client: does nothing.
     """
 
-    def __init__(self, client: Any, on_switch: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, client: Any, on_switch: Callable[[tuple[str, int] | None], None] | None = None
+    ) -> None:
         pool = getattr(client, "connection_pool", None)
         self._pool = pool if isinstance(pool, SentinelConnectionPool) else None
         self._on_switch = on_switch  # told of a new master after the connections were dropped
@@ -287,7 +290,7 @@ class SentinelWatch:
             await self._pool.disconnect()
             self._open.set()
             if self._on_switch is not None:
-                self._on_switch()
+                self._on_switch(new_master_of(data))
         elif news is FailoverNews.PROMOTING:
             self._held_until = time.monotonic() + HOLD_S
             self._open.clear()

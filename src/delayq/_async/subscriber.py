@@ -137,10 +137,12 @@ class Subscriber:
         """How many pub/sub connections this subscriber keeps (one per node in use)."""
         return len(self._links)
 
-    def switched(self) -> None:
-        """The master changed (a Sentinel failover): every connection dials again now."""
+    def switched(self, master: tuple[str, int] | None = None) -> None:
+        """The master changed (a Sentinel failover): every connection that is not on the new
+        ``master`` (None: unknown) dials again now."""
         for link in list(self._links.values()):
-            link.kick()
+            if master is None or link.peer != master:
+                link.kick()
 
     def follow_master(self) -> None:
         """The runner reconnected: if its client now points at another master than the one
@@ -466,11 +468,11 @@ async def close_subscriber(client: Any) -> None:
         await found.close()
 
 
-def master_switched(client: Any) -> None:
-    """A Sentinel announced a new master for ``client``: its subscriber follows at once."""
+def master_switched(client: Any, master: tuple[str, int] | None) -> None:
+    """A Sentinel announced a new ``master`` for ``client``: its subscriber follows at once."""
     found = _SUBSCRIBERS.get(id(client))
     if found is not None and found._client is client:
-        found.switched()
+        found.switched(master)
 
 
 def master_reconnected(client: Any) -> None:

@@ -144,7 +144,7 @@ class Runner:
         self._kept_pid = 0
         self._slots: dict[int, tuple[str, int]] = {}  # cluster: slot -> node
         self._watch = (
-            backend.SentinelWatch(client, on_switch=lambda: master_switched(client))
+            backend.SentinelWatch(client, on_switch=lambda master: master_switched(client, master))
             if backend.is_sentinel(client)
             else None
         )

@@ -135,12 +135,14 @@ class Subscriber:
         """How many pub/sub connections this subscriber keeps (one per node in use)."""
         return len(self._links)
 
-    def switched(self) -> None:
-        """The master changed (a Sentinel failover): every connection dials again now."""
+    def switched(self, master: tuple[str, int] | None = None) -> None:
+        """The master changed (a Sentinel failover): every connection that is not on the new
+        ``master`` (None: unknown) dials again now."""
         with self._lock:
             links = list(self._links.values())
         for link in links:
-            link.kick()
+            if master is None or link.peer != master:
+                link.kick()
 
     def follow_master(self) -> None:
         """The runner reconnected: if its client now points at another master than the one
@@ -535,11 +537,11 @@ def close_subscriber(client: Any) -> None:
         found.close()
 
 
-def master_switched(client: Any) -> None:
-    """A Sentinel announced a new master for ``client``: its subscriber follows at once."""
+def master_switched(client: Any, master: tuple[str, int] | None) -> None:
+    """A Sentinel announced a new ``master`` for ``client``: its subscriber follows at once."""
     found = _registered(client)
     if found is not None:
-        found.switched()
+        found.switched(master)
 
 
 def master_reconnected(client: Any) -> None:
