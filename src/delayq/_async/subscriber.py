@@ -109,7 +109,7 @@ class Notifier:
     async def close(self) -> None:
         """Unsubscribe this handle (the connection closes with its last channel)."""
         if self._joined:
-            self._joined = False
+            self._joined = self._was_live = False
             await self._subscriber._leave(self)
             self._push(None)  # waiters look at the queue again, and find it closed
 
@@ -161,7 +161,7 @@ class Subscriber:
         handles = [h for hs in self._handles.values() for h in hs]
         self._handles, self._home, self._channels = {}, {}, Channels()
         for handle in handles:
-            handle._joined = False
+            handle._joined = handle._was_live = False
             handle._push(None)
 
     # -- channels ---------------------------------------------------------------------------

@@ -105,7 +105,7 @@ class Notifier:
     def close(self) -> None:
         """Unsubscribe this handle (the connection closes with its last channel)."""
         if self._joined:
-            self._joined = False
+            self._joined = self._was_live = False
             self._subscriber._leave(self)
             self._push(None)  # waiters look at the queue again, and find it closed
 
@@ -165,7 +165,7 @@ class Subscriber:
         for link in links:
             link.close()
         for handle in handles:
-            handle._joined = False
+            handle._joined = handle._was_live = False
             handle._push(None)
 
     # -- channels ---------------------------------------------------------------------------
