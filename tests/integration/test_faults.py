@@ -275,7 +275,7 @@ def test_close_against_frozen_server_is_prompt_and_clean(
     monkeypatch.setattr(threading, "excepthook", crashes.append)
     q = DelayQueue("frozenclose", own_server7.url, prefix=prefix)
     assert q.poll(timeout=0) is None  # listener thread subscribed
-    name = f"delayq:{q.keys.channel}"
+    name = f"delayq:pubsub:127.0.0.1:{own_server7.port}"  # the connection's pub/sub thread
     assert [t.name for t in delayq_threads()].count(name) == 1
     freeze(own_server7)
     try:

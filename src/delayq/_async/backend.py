@@ -1,4 +1,4 @@
-"""asyncio primitives the queue needs: the client, sleeping, and the wake-up listener."""
+"""asyncio primitives the connection layer needs: the client, sleeping, connections."""
 
 from __future__ import annotations
 
@@ -16,11 +16,10 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.connection import HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import RedisClusterException, RedisError
 
-from .._core.connection import FailoverNews, Target, Topology, failover_news
+from .._core.connection import FailoverNews, Target, Topology, failover_news, new_master_of
 from .._core.urls import safe_url
-from .._core.wakeups import WakeLog, due_of
 from ..exceptions import ConfigError
 
 log = logging.getLogger("delayq")
@@ -149,6 +148,71 @@ async def refresh_topology(client: Any) -> None:
     await client.nodes_manager.initialize()
 
 
+def known_slot_address(client: Any, slot: int) -> tuple[str, int] | None:
+    """The node that serves ``slot`` as the cluster client last heard, without asking (None:
+    it has not heard yet)."""
+    try:
+        node = client.nodes_manager.get_node_from_slot(slot)
+    except Exception:  # an empty or partial slot table: KeyError, SlotNotCoveredError
+        return None
+    return node.host, int(node.port)
+
+
+# -- pub/sub connections (the subscriber's) -------------------------------------------------
+
+LOST_ERRORS: tuple[type[BaseException], ...] = (RedisError, *CONNECTION_ERRORS, *CLIENT_ERRORS)
+
+
+def pubsub_connection(client: Any, address: tuple[str, int] | None) -> Any:
+    """A new, unconnected connection for pub/sub, outside the pools' bookkeeping: to the
+    cluster node at ``address``, or else to the client's server (a Sentinel client's asks
+    the sentinels where the master is when it connects)."""
+    if address is None:
+        pool = client.connection_pool
+        return pool.connection_class(**pool.connection_kwargs)
+    node = _node(client, address)
+    return node.connection_class(**node.connection_kwargs)
+
+
+def pubsub_where(client: Any) -> str:
+    """The server a non-cluster client's pub/sub connection goes to, for log lines."""
+    pool = client.connection_pool
+    if isinstance(pool, SentinelConnectionPool):
+        return f"the master of {pool.service_name}"
+    kwargs = pool.connection_kwargs
+    if kwargs.get("path"):
+        return str(kwargs["path"])
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def peer_of(conn: Any) -> tuple[str, int] | None:
+    """The address a connection went to (None for a Unix socket)."""
+    host, port = getattr(conn, "host", None), getattr(conn, "port", None)
+    return (host, int(port)) if isinstance(host, str) and port is not None else None
+
+
+def master_address(client: Any) -> tuple[str, int] | None:
+    """The master a Sentinel client's connections last went to (None: not a Sentinel one)."""
+    address = getattr(getattr(client, "connection_pool", None), "master_address", None)
+    return (str(address[0]), int(address[1])) if address else None
+
+
+def write_now(conn: Any, commands: list[tuple[str, ...]]) -> None:
+    """Queue ``commands`` on a connected ``conn`` at once, in this order, without waiting:
+    redis-py's own send may wait in a task of its own (``wait_for``), so two sends could
+    swap; a failed write shows up in the reader task as a lost connection."""
+    writer = getattr(conn, "_writer", None) if conn is not None else None
+    if writer is None or not commands or writer.is_closing():
+        return
+    writer.writelines(conn.pack_commands(commands))
+
+
+async def hang_up(conn: Any) -> None:
+    """Close ``conn`` without waiting on the server (which may be hung)."""
+    with contextlib.suppress(Exception):
+        await conn.disconnect(nowait=True)
+
+
 async def ensure_connected(conn: Any) -> None:
     """Connect ``conn`` through its own ``connect()``: redis-py's send path reconnects with
     the base class's, which makes a Sentinel connection dial the old master's address again
@@ -177,12 +241,17 @@ class SentinelWatch:
     connections are dropped (they reconnect through the sentinels, to the new master) and
     calls go on. Without this, a graceful failover leaves the old master taking writes until
     Sentinel demotes it, seconds later, and its demotion discards them. Every sentinel is
-    watched: only the leader announces the promotion. Any other client: does nothing.
+    watched: only the leader announces the promotion. ``on_switch`` is called after each
+    switch with the new master's address (the subscriber's pub/sub connections follow).
+    Any other client: does nothing.
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(
+        self, client: Any, on_switch: Callable[[tuple[str, int] | None], None] | None = None
+    ) -> None:
         pool = getattr(client, "connection_pool", None)
         self._pool = pool if isinstance(pool, SentinelConnectionPool) else None
+        self._on_switch = on_switch  # told of a new master after the connections were dropped
         self._tasks: list[asyncio.Task[None]] = []
         self._open: asyncio.Event | None = None  # set: calls may go; clear: a promotion
         self._held_until = 0.0
@@ -220,6 +289,8 @@ class SentinelWatch:
                 sentinels.insert(0, sentinel)
             await self._pool.disconnect()
             self._open.set()
+            if self._on_switch is not None:
+                self._on_switch(new_master_of(data))
         elif news is FailoverNews.PROMOTING:
             self._held_until = time.monotonic() + HOLD_S
             self._open.clear()
@@ -324,127 +395,31 @@ class Bell:
 
 
 class Notifier:
-    """Listens on the queue's channel and wakes waiting consumers.
-
-    Messages carry the new earliest due time; they are hints only. After a reconnect the
-    listener wakes everybody with an unknown time, so waiters look at Redis again.
-    """
+    """The wake-ups of one queue channel: a handle on the shared subscriber of ``client``
+    (``subscriber.subscriber_of``), which carries every channel of that client over one
+    pub/sub connection per node. Kept for the queue code, which will ask its runner's
+    ``subscriber.notifier(channel, bell)`` itself; same interface."""
 
     def __init__(self, client: Any, channel: str, bell: Bell | None = None) -> None:
-        self._client = client
-        self._channel = channel
-        self._sharded = channel.endswith(":sevents")
-        self._bell = bell
-        self._task: asyncio.Task[None] | None = None
-        self._subscribed = asyncio.Event()
-        self._changed = asyncio.Event()
-        self._log = WakeLog()
+        from .subscriber import subscriber_of  # that module builds on this one
+
+        self._handle = subscriber_of(client).notifier(channel, bell)
 
     async def start(self) -> None:
         """Subscribe (once); returns when the subscription is live or after a short wait."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._listen(), name=f"delayq:{self._channel}")
-        if not self._subscribed.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._subscribed.wait(), 1.0)
+        await self._handle.start()
 
     def mark(self) -> int:
-        return self._log.generation
+        return self._handle.mark()
 
     def news(self, mark: int) -> tuple[int, int | None]:
         """(new mark, earliest due ms announced after ``mark``, None if unknown), now."""
-        return self._log.news_since(mark)
+        return self._handle.news(mark)
 
     async def wait(self, mark: int, timeout: float) -> tuple[int, int | None] | None:
         """Wait for news after ``mark``: (new mark, earliest announced due ms, None if
         unknown), or None on timeout."""
-        while self._log.generation == mark:
-            changed = self._changed
-            try:
-                await asyncio.wait_for(changed.wait(), timeout)
-            except TimeoutError:
-                return None
-        return self._log.news_since(mark)
-
-    def _push(self, due_ms: int | None) -> None:
-        self._log.push(due_ms)
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
-        if self._bell is not None:
-            self._bell.ring()
-
-    async def _listen(self) -> None:
-        backoff = 0.05
-        first = True
-        while True:
-            pubsub = await self._pubsub()
-            try:
-                await self._subscribe(pubsub)
-                self._subscribed.set()
-                if not first:
-                    log.info("delayq: resubscribed to %s", self._channel)
-                    self._push(None)  # messages may have been missed while away
-                first, backoff = False, 0.05
-                while True:
-                    message = await pubsub.get_message(timeout=30.0)
-                    if message is None:
-                        continue
-                    kind = message["type"]
-                    kind = kind.decode() if isinstance(kind, bytes) else kind
-                    if kind in ("message", "smessage"):
-                        self._push(due_of(message["data"]))
-                    elif kind == "sunsubscribe":  # the slot moved to another node
-                        raise RedisConnectionError(f"{self._channel} moved to another node")
-            except Exception as exc:  # the listener must outlive any error; cancel ends it
-                if not isinstance(exc, RedisError | OSError):
-                    log.exception("delayq: listener on %s failed; restarting", self._channel)
-                else:
-                    log.warning(
-                        "delayq: listener on %s lost Redis (%s); retrying", self._channel, exc
-                    )
-                self._push(None)
-                if is_cluster(self._client):  # the node may be gone: ask who serves the slot
-                    with contextlib.suppress(Exception):
-                        await refresh_topology(self._client)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()
-                if is_cluster(self._client):
-                    with contextlib.suppress(Exception):
-                        await pubsub.connection_pool.disconnect()
-
-    async def _subscribe(self, pubsub: Any) -> None:
-        """SSUBSCRIBE to a cluster queue's shard channel, SUBSCRIBE to any other; on Redis 6.2,
-        which has no sharded pub/sub (its scripts PUBLISH there), SUBSCRIBE from then on."""
-        if not self._sharded:
-            await pubsub.subscribe(self._channel)
-            return
-        await pubsub.ssubscribe(self._channel)
-        try:
-            await pubsub.get_message(timeout=1.0)  # the confirmation, or the server's refusal
-        except ResponseError as exc:
-            log.debug("delayq: no sharded pub/sub here (%s); SUBSCRIBE instead", exc)
-            self._sharded = False
-            raise
-
-    async def _pubsub(self) -> Any:
-        """A PubSub on the node that serves the channel: a cluster's channel lives on one
-        node's slot, so it gets a client of its own there; otherwise the queue's client's."""
-        if is_cluster(self._client):
-            await self._client.initialize()  # the cluster client learns its nodes lazily
-            node = self._client.get_node_from_key(self._channel)
-            pool = aioredis.ConnectionPool(
-                connection_class=node.connection_class, **node.connection_kwargs
-            )
-            return aioredis.Redis(connection_pool=pool).pubsub()
-        return self._client.pubsub()
+        return await self._handle.wait(mark, timeout)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
-            self._push(None)  # waiters look at the queue again, and find it closed
+        await self._handle.close()

@@ -284,6 +284,15 @@ def failover_news(channel: str, data: bytes, service: str) -> FailoverNews | Non
     return FailoverNews.ABORTED if channel.startswith("-failover-abort") else None
 
 
+def new_master_of(data: bytes) -> tuple[str, int] | None:
+    """The new master's address in a ``+switch-master`` message (``<service> <old-ip>
+    <old-port> <new-ip> <new-port>``); None if it does not read as one."""
+    words = data.split()
+    if len(words) != 5 or not words[4].isdigit():
+        return None
+    return words[3].decode(errors="replace"), int(words[4])
+
+
 @dataclass(slots=True)
 class Backoff:
     """Pauses between tries: doubling from ``first`` to ``cap``, cut short by a deadline."""

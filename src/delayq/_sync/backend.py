@@ -1,4 +1,4 @@
-"""Thread primitives the queue needs: the client, sleeping, and the wake-up listener."""
+"""Thread primitives the connection layer needs: the client, sleeping, connections."""
 
 from __future__ import annotations
 
@@ -15,13 +15,12 @@ import redis as redis_lib
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import RedisClusterException, RedisError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
-from .._core.connection import FailoverNews, Target, Topology, failover_news
+from .._core.connection import FailoverNews, Target, Topology, failover_news, new_master_of
 from .._core.urls import safe_url
-from .._core.wakeups import WakeLog, due_of
 from ..exceptions import ConfigError
 
 log = logging.getLogger("delayq")
@@ -166,6 +165,58 @@ def refresh_topology(client: Any) -> None:
     client.nodes_manager.initialize()
 
 
+def known_slot_address(client: Any, slot: int) -> tuple[str, int] | None:
+    """The node that serves ``slot`` as the cluster client last heard, without asking (None:
+    it has not heard yet, or a lazy client is not built yet)."""
+    if isinstance(client, _LazyCluster):
+        if client._client is None:
+            return None
+        client = client._client
+    try:
+        node = client.nodes_manager.get_node_from_slot(slot)
+    except Exception:  # an empty or partial slot table: KeyError, SlotNotCoveredError
+        return None
+    return node.host, int(node.port)
+
+
+# -- pub/sub connections (the subscriber's) -------------------------------------------------
+
+LOST_ERRORS: tuple[type[BaseException], ...] = (RedisError, *CONNECTION_ERRORS, *CLIENT_ERRORS)
+
+
+def pubsub_connection(client: Any, address: tuple[str, int] | None) -> Any:
+    """A new, unconnected connection for pub/sub, outside the pools' bookkeeping: to the
+    cluster node at ``address``, or else to the client's server (a Sentinel client's asks
+    the sentinels where the master is when it connects). Built from the pool's settings but
+    outside its bookkeeping: make_connection() would count it against max_connections."""
+    client = resolve(client)
+    pool = client.connection_pool if address is None else _pool(client, address)
+    return pool.connection_class(**pool.connection_kwargs)
+
+
+def pubsub_where(client: Any) -> str:
+    """The server a non-cluster client's pub/sub connection goes to, for log lines."""
+    pool = client.connection_pool
+    if isinstance(pool, SentinelConnectionPool):
+        return f"the master of {pool.service_name}"
+    kwargs = pool.connection_kwargs
+    if kwargs.get("path"):
+        return str(kwargs["path"])
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def peer_of(conn: Any) -> tuple[str, int] | None:
+    """The address a connection went to (None for a Unix socket)."""
+    host, port = getattr(conn, "host", None), getattr(conn, "port", None)
+    return (host, int(port)) if isinstance(host, str) and port is not None else None
+
+
+def master_address(client: Any) -> tuple[str, int] | None:
+    """The master a Sentinel client's connections last went to (None: not a Sentinel one)."""
+    address = getattr(getattr(client, "connection_pool", None), "master_address", None)
+    return (str(address[0]), int(address[1])) if address else None
+
+
 def ensure_connected(conn: Any) -> None:
     """Connect ``conn`` through its own ``connect()``: redis-py's send path reconnects with
     the base class's, which makes a Sentinel connection dial the old master's address again
@@ -194,12 +245,17 @@ class SentinelWatch:
     connections are dropped (they reconnect through the sentinels, to the new master) and
     calls go on. Without this, a graceful failover leaves the old master taking writes until
     Sentinel demotes it, seconds later, and its demotion discards them. Every sentinel is
-    watched: only the leader announces the promotion. Any other client: does nothing.
+    watched: only the leader announces the promotion. ``on_switch`` is called after each
+    switch with the new master's address (the subscriber's pub/sub connections follow).
+    Any other client: does nothing.
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(
+        self, client: Any, on_switch: Callable[[tuple[str, int] | None], None] | None = None
+    ) -> None:
         pool = getattr(client, "connection_pool", None)
         self._pool = pool if isinstance(pool, SentinelConnectionPool) else None
+        self._on_switch = on_switch  # told of a new master after the connections were dropped
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._open = threading.Event()  # set: calls may go; clear: a promotion is under way
@@ -239,6 +295,8 @@ class SentinelWatch:
                 sentinels.insert(0, sentinel)
             self._pool.disconnect()
             self._open.set()
+            if self._on_switch is not None:
+                self._on_switch(new_master_of(data))
         elif news is FailoverNews.PROMOTING:
             self._held_until = time.monotonic() + HOLD_S
             self._open.clear()
@@ -332,143 +390,34 @@ class Bell:
 
 
 class Notifier:
-    """Listens on the queue's channel in a daemon thread and wakes waiting consumers.
-
-    Messages carry the new earliest due time; they are hints only. After a reconnect the
-    listener wakes everybody with an unknown time, so waiters look at Redis again.
-    """
+    """The wake-ups of one queue channel: a handle on the shared subscriber of ``client``
+    (``subscriber.subscriber_of``), which carries every channel of that client over one
+    pub/sub connection per node. Kept for the queue code, which will ask its runner's
+    ``subscriber.notifier(channel, bell)`` itself; same interface."""
 
     def __init__(self, client: Any, channel: str, bell: Bell | None = None) -> None:
-        self._client = client
-        self._channel = channel
-        self._bell = bell
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._subscribed = threading.Event()
-        self._cond = threading.Condition()
-        self._log = WakeLog()
-        self._conn: Any = None
+        from .subscriber import subscriber_of  # that module builds on this one
+
+        self._handle = subscriber_of(client).notifier(channel, bell)
 
     def start(self) -> None:
         """Subscribe (once); returns when the subscription is live or after a short wait."""
-        with self._cond:
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._listen, name=f"delayq:{self._channel}", daemon=True
-                )
-                self._thread.start()
-        self._subscribed.wait(1.0)
+        self._handle.start()
 
     def mark(self) -> int:
-        return self._log.generation
+        return self._handle.mark()
 
     def news(self, mark: int) -> tuple[int, int | None]:
         """(new mark, earliest due ms announced after ``mark``, None if unknown), now."""
-        with self._cond:
-            return self._log.news_since(mark)
+        return self._handle.news(mark)
 
     def wait(self, mark: int, timeout: float) -> tuple[int, int | None] | None:
         """Wait for news after ``mark``: (new mark, earliest announced due ms, None if
         unknown), or None on timeout."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._log.generation != mark, timeout):
-                return None
-            return self._log.news_since(mark)
-
-    def _push(self, due_ms: int | None) -> None:
-        with self._cond:
-            self._log.push(due_ms)
-            self._cond.notify_all()
-        if self._bell is not None:
-            self._bell.ring()
-
-    def _listen(self) -> None:
-        # A connection of our own rather than redis-py's PubSub, which reconnects by itself
-        # inside a failed read: close() must be able to end this thread without Redis.
-        backoff = 0.05
-        first = True
-        while not self._stop.is_set():
-            conn = None
-            try:
-                conn = _new_connection(self._client, self._channel)
-                self._conn = conn
-                conn.connect()
-                kind = _subscribe(conn, self._channel)
-                self._subscribed.set()
-                if not first:
-                    log.info("delayq: resubscribed to %s", self._channel)
-                    self._push(None)  # messages may have been missed while away
-                first, backoff = False, 0.05
-                while not self._stop.is_set():
-                    if conn.can_read(timeout=30.0):
-                        message = conn.read_response(push_request=True)
-                        if not message:
-                            continue
-                        if _str(message[0]) == kind:
-                            self._push(due_of(message[2]))
-                        elif _str(message[0]) == "sunsubscribe":  # the slot moved elsewhere
-                            raise RedisConnectionError(f"{self._channel} moved to another node")
-            except Exception as exc:  # after close() the socket dies under us: any error
-                if self._stop.is_set():
-                    break
-                if not isinstance(exc, RedisError | OSError):
-                    log.exception("delayq: listener on %s failed; restarting", self._channel)
-                else:
-                    log.warning(
-                        "delayq: listener on %s lost Redis (%s); retrying", self._channel, exc
-                    )
-                self._push(None)
-                if is_cluster(self._client):  # the node may be gone: ask who serves the slot
-                    with contextlib.suppress(Exception):
-                        refresh_topology(resolve(self._client))
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 2.0)
-            finally:
-                self._conn = None
-                if conn is not None:
-                    with contextlib.suppress(Exception):
-                        conn.disconnect()
+        return self._handle.wait(mark, timeout)
 
     def close(self) -> None:
-        thread = self._thread
-        if thread is None:
-            return
-        self._stop.set()
-        # Shutting the socket down makes the listener's blocking read fail at once, without a
-        # round trip to Redis (which may hang); the listener then disconnects it itself.
-        sock = getattr(self._conn, "_sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        thread.join(2.0)
-        self._thread = None
-        self._push(None)  # waiters look at the queue again, and find it closed
-
-
-def _subscribe(conn: Any, channel: str) -> str:
-    """Subscribe ``conn`` to ``channel``; the type of the messages it will get. A shard
-    channel (a cluster queue's) takes SSUBSCRIBE, or SUBSCRIBE on Redis 6.2, which has none."""
-    if channel.endswith(":sevents"):
-        conn.send_command("SSUBSCRIBE", channel)
-        try:
-            conn.read_response(push_request=True)  # the confirmation
-            return "smessage"
-        except ResponseError as exc:  # "unknown command": its scripts PUBLISH instead
-            log.debug("delayq: no sharded pub/sub here (%s); subscribing to %s", exc, channel)
-    conn.send_command("SUBSCRIBE", channel)
-    conn.read_response(push_request=True)
-    return "message"
-
-
-def _new_connection(client: Any, channel: str) -> Any:
-    """A fresh connection, outside the pool's bookkeeping, to the node serving ``channel``."""
-    client = resolve(client)
-    pool = getattr(client, "connection_pool", None)
-    if pool is None:  # RedisCluster: the node of the channel's slot (a shard channel's home)
-        pool = client.get_redis_connection(client.get_node_from_key(channel)).connection_pool
-    # Built from the pool's settings but outside its bookkeeping: make_connection() would
-    # count it against max_connections for good.
-    return pool.connection_class(**pool.connection_kwargs)
+        self._handle.close()
 
 
 def _str(value: Any) -> str:

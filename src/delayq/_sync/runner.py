@@ -44,6 +44,13 @@ from .._core.text import printable
 from .._core.urls import safe_url
 from ..exceptions import ConfigError, QueueClosed, RedisUnavailable, ServerError
 from . import backend
+from .subscriber import (
+    Subscriber,
+    close_subscriber,
+    master_reconnected,
+    master_switched,
+    subscriber_of,
+)
 
 log = logging.getLogger("delayq")
 
@@ -136,14 +143,28 @@ class Runner:
         self._kept: Any = None
         self._kept_pid = 0
         self._slots: dict[int, tuple[str, int]] = {}  # cluster: slot -> node
-        self._watch = backend.SentinelWatch(client) if backend.is_sentinel(client) else None
+        self._watch = (
+            backend.SentinelWatch(client, on_switch=lambda master: master_switched(client, master))
+            if backend.is_sentinel(client)
+            else None
+        )
+        self._subscriber: Subscriber | None = None
         self._connected = False
         self._closed = False
 
     @property
     def client(self) -> Any:
-        """The redis-py client (for the pub/sub listener and plain commands)."""
+        """The redis-py client (for plain commands)."""
         return self._client
+
+    @property
+    def subscriber(self) -> Subscriber:
+        """The wake-up channels of every queue on this runner, over one pub/sub connection
+        per node (made on first use; closed with the runner if the runner made the client).
+        A queue listens with ``runner.subscriber.notifier(channel, bell)``."""
+        if self._subscriber is None:
+            self._subscriber = subscriber_of(self._client)
+        return self._subscriber
 
     def close(self) -> None:
         """Hand back the kept connection and close the clients this runner made."""
@@ -152,6 +173,8 @@ class Runner:
         self._closed = True
         if self._watch is not None:
             self._watch.close()
+        if self.owned:  # no other runner shares its client, nor its subscriber
+            close_subscriber(self._client)
         conn, self._kept = self._kept, None
         if conn is not None and self._kept_pid == backend.process_id():
             backend.disconnect(conn)
@@ -411,6 +434,8 @@ class Runner:
                         failures,
                     )
                 self._connected = True
+                if failures and self._watch is not None:
+                    master_reconnected(self._client)  # the pub/sub connection follows it
                 return result
             failures += 1
             self._check_open()
