@@ -325,3 +325,31 @@ def test_the_worker_command_on_a_misspelt_queue_says_so(
     out = "".join(lines)
     warned = "'ordres' is unknown" in out and "did you mean 'orders'" in out
     assert warned is not create, out
+
+
+def test_three_sharded_queues_on_one_client_hold_one_pubsub_connection(
+    redis7_server: EmbeddedRedis, prefix: str
+) -> None:
+    """A worker on three 8-shard queues sharing one client: 24 channels, one pub/sub
+    connection to the server (not one per queue and shard)."""
+    import redis as redis_lib
+
+    name = f"engine-{prefix}"  # this test's connections, among any others on the server
+    client = redis_lib.Redis.from_url(redis7_server.url, client_name=name)
+    admin = redis_lib.Redis.from_url(redis7_server.url)
+    queues = [DelayQueue(f"q{i}", client, prefix=prefix, shards=8) for i in range(3)]
+    done: Counter[str] = Counter()
+    try:
+        for q in queues:
+            q.offer_many([(n, 0) for n in range(10)])
+        worker = Worker(queues, lambda task: done.update([task.queue.name]))
+        with worker.start_background():
+            wait_until(lambda: sum(done.values()) == 30, timeout=20)
+            pubsub = [c for c in admin.client_list(_type="pubsub") if c["name"] == name]
+            assert len(pubsub) == 1, pubsub
+    finally:
+        for q in queues:
+            q.close()
+        client.close()
+        admin.close()
+    assert done == Counter({"q0": 10, "q1": 10, "q2": 10})
