@@ -88,6 +88,39 @@ def test_poll_loop_costs_one_script_call_per_task_and_nothing_more_once_idle(
     assert script_calls(client) - idle_from <= 1
 
 
+def test_an_at_most_once_take_loop_fetches_ahead_and_close_puts_the_rest_back(
+    make_queue: Callable[..., DelayQueue], client: redis.Redis
+) -> None:
+    """ack=False: take() fetches a few tasks per round trip (nothing acks to do it), each
+    handed out once; close() offers the ones fetched but not handed out again."""
+    n = 400
+    q = make_queue("amo", ack=False)
+    q.offer_many([(i, 0) for i in range(n)])
+    before = script_calls(client)
+    seen = [q.take().payload for _ in range(n - 50)]
+    calls = script_calls(client) - before
+    assert calls <= (n - 50) // 2, f"{calls} script calls for {n - 50} tasks"
+    q.close()  # with tasks fetched ahead: they go back, due now
+    again = make_queue("amo", ack=False, fetch_ahead=0)
+    rest = []
+    while (task := again.poll(timeout=0.5)) is not None:
+        rest.append(task.payload)
+    assert sorted(seen + rest) == list(range(n)), "each task handed out once, none lost"
+    assert again.stats().total == 0
+
+
+def test_an_at_most_once_loop_with_fetch_ahead_zero_takes_one_at_a_time(
+    make_queue: Callable[..., DelayQueue], client: redis.Redis
+) -> None:
+    q = make_queue("amo0", ack=False, fetch_ahead=0)
+    q.offer_many([(i, 0) for i in range(30)])
+    before = script_calls(client)
+    for _ in range(10):
+        q.take()
+    assert script_calls(client) - before == 10
+    assert q.stats().ready == 20  # nothing left Redis but what was handed out
+
+
 def test_prefetch_zero_keeps_two_round_trips_and_acks_work(
     make_queue: Callable[..., DelayQueue], client: redis.Redis
 ) -> None:

@@ -888,12 +888,18 @@ class AsyncDelayQueue(Generic[PayloadT]):
                 watch = self._watch(every[index])
                 until = watch.quiet_until()
                 if forced or until is None or until <= backend.monotonic():
-                    tasks, _ = await self._fetch(watch, count, deadline)
+                    # At-most-once, take()/poll() fetch ahead themselves: no ack does it.
+                    unleased = count == 1 and self._policy.lease_ms == 0
+                    want = watch.ahead.want_unleased(self._fetch_ahead) if unleased else count
+                    tasks, _ = await self._fetch(watch, want, deadline)
                     if tasks:
                         self._turn = (index + 1) % len(every)
                         if count == 1:  # take() or poll(): a loop's ack may fetch ahead
                             watch.ahead.consuming = True
-                        return tasks
+                        if len(tasks) > count:
+                            now = backend.monotonic()
+                            watch.ahead.tasks.extend((t, now) for t in tasks[count:])
+                        return tasks[:count]
             forced = False
             now = backend.monotonic()
             if deadline is not None and now >= deadline:
@@ -963,7 +969,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         tasks: list[AsyncTask[PayloadT]] = []
         while watch.ahead.tasks and len(tasks) < count:
             task, leased_at = watch.ahead.tasks.popleft()
-            if backend.monotonic() - leased_at > lease_s / 2:
+            if task.lease_token is not None and backend.monotonic() - leased_at > lease_s / 2:
                 try:
                     await self.extend(task, lease_s)
                 except LeaseLost:
@@ -973,10 +979,17 @@ class AsyncDelayQueue(Generic[PayloadT]):
 
     async def _hand_back_ahead(self) -> None:
         """Give the tasks fetched ahead back at once (not after their lease), e.g. on close();
-        one that cannot be given back now (Redis away) returns after its lease."""
+        one that cannot be given back now (Redis away) returns after its lease. At-most-once
+        tasks left Redis when they were fetched: they are offered again, due now (a crash
+        before that loses them, never delivered: at most ``fetch_ahead`` of them)."""
         for watch in self._watches.values():
+            unleased = [t for t, _ in watch.ahead.tasks if t.lease_token is None]
+            if unleased:
+                await self._offer_again(watch.shard, unleased)
             while watch.ahead.tasks:
                 task, _ = watch.ahead.tasks.popleft()
+                if task.lease_token is None:
+                    continue
                 try:
                     await self.release(task)
                 except Exception as exc:  # whatever it is, the others still go back
@@ -984,6 +997,24 @@ class AsyncDelayQueue(Generic[PayloadT]):
                         "delayq: could not hand back task %s of %s (%s); it returns after its "
                         "lease", printable(task.id), self.name, printable(str(exc)),
                     )  # fmt: skip
+
+    async def _offer_again(self, shard: AsyncShard, tasks: Sequence[AsyncTask]) -> None:
+        """Put at-most-once tasks that were fetched but never handed out back on their shard,
+        due now, under their own ids."""
+        specs = [
+            build_offer(
+                self._codec,
+                Offer(t.payload, 0, id=t.id, priority=t.priority, headers=t.headers, key=t.key),
+            )
+            for t in tasks
+        ]
+        try:
+            await shard.write_offers(self._dedup, specs, [False] * len(specs))
+        except Exception as exc:  # Redis away: they are lost, as a crash would lose them
+            log.error(
+                "delayq: %d task(s) fetched ahead at-most-once by %s could not be put back "
+                "(%s): they are lost", len(tasks), self.name, printable(str(exc)),
+            )  # fmt: skip
 
     async def ack(self, task: AsyncTask) -> None:
         """Mark a delivered task done. Raises :class:`LeaseLost` if the lease is no longer

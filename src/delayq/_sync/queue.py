@@ -885,12 +885,18 @@ class DelayQueue(Generic[PayloadT]):
                 watch = self._watch(every[index])
                 until = watch.quiet_until()
                 if forced or until is None or until <= backend.monotonic():
-                    tasks, _ = self._fetch(watch, count, deadline)
+                    # At-most-once, take()/poll() fetch ahead themselves: no ack does it.
+                    unleased = count == 1 and self._policy.lease_ms == 0
+                    want = watch.ahead.want_unleased(self._fetch_ahead) if unleased else count
+                    tasks, _ = self._fetch(watch, want, deadline)
                     if tasks:
                         self._turn = (index + 1) % len(every)
                         if count == 1:  # take() or poll(): a loop's ack may fetch ahead
                             watch.ahead.consuming = True
-                        return tasks
+                        if len(tasks) > count:
+                            now = backend.monotonic()
+                            watch.ahead.tasks.extend((t, now) for t in tasks[count:])
+                        return tasks[:count]
             forced = False
             now = backend.monotonic()
             if deadline is not None and now >= deadline:
@@ -958,7 +964,7 @@ class DelayQueue(Generic[PayloadT]):
         tasks: list[Task[PayloadT]] = []
         while watch.ahead.tasks and len(tasks) < count:
             task, leased_at = watch.ahead.tasks.popleft()
-            if backend.monotonic() - leased_at > lease_s / 2:
+            if task.lease_token is not None and backend.monotonic() - leased_at > lease_s / 2:
                 try:
                     self.extend(task, lease_s)
                 except LeaseLost:
@@ -968,10 +974,17 @@ class DelayQueue(Generic[PayloadT]):
 
     def _hand_back_ahead(self) -> None:
         """Give the tasks fetched ahead back at once (not after their lease), e.g. on close();
-        one that cannot be given back now (Redis away) returns after its lease."""
+        one that cannot be given back now (Redis away) returns after its lease. At-most-once
+        tasks left Redis when they were fetched: they are offered again, due now (a crash
+        before that loses them, never delivered: at most ``fetch_ahead`` of them)."""
         for watch in self._watches.values():
+            unleased = [t for t, _ in watch.ahead.tasks if t.lease_token is None]
+            if unleased:
+                self._offer_again(watch.shard, unleased)
             while watch.ahead.tasks:
                 task, _ = watch.ahead.tasks.popleft()
+                if task.lease_token is None:
+                    continue
                 try:
                     self.release(task)
                 except Exception as exc:  # whatever it is, the others still go back
@@ -979,6 +992,24 @@ class DelayQueue(Generic[PayloadT]):
                         "delayq: could not hand back task %s of %s (%s); it returns after its "
                         "lease", printable(task.id), self.name, printable(str(exc)),
                     )  # fmt: skip
+
+    def _offer_again(self, shard: Shard, tasks: Sequence[Task]) -> None:
+        """Put at-most-once tasks that were fetched but never handed out back on their shard,
+        due now, under their own ids."""
+        specs = [
+            build_offer(
+                self._codec,
+                Offer(t.payload, 0, id=t.id, priority=t.priority, headers=t.headers, key=t.key),
+            )
+            for t in tasks
+        ]
+        try:
+            shard.write_offers(self._dedup, specs, [False] * len(specs))
+        except Exception as exc:  # Redis away: they are lost, as a crash would lose them
+            log.error(
+                "delayq: %d task(s) fetched ahead at-most-once by %s could not be put back "
+                "(%s): they are lost", len(tasks), self.name, printable(str(exc)),
+            )  # fmt: skip
 
     def ack(self, task: Task) -> None:
         """Mark a delivered task done. Raises :class:`LeaseLost` if the lease is no longer
