@@ -20,6 +20,7 @@ pytest.importorskip("django")
 psycopg = pytest.importorskip("psycopg")
 
 from delayq import DelayQueue, EncodeError, TaskState  # noqa: E402
+from delayq._sync.reshard import reshard  # noqa: E402
 from delayq.embedded import EmbeddedRedis, free_port  # noqa: E402
 from delayq.outbox import Relay  # noqa: E402
 from tests.helpers import wait_until  # noqa: E402
@@ -248,6 +249,22 @@ def test_worker_command_closes_unpaid_orders_only(
         assert closed.close_deliveries == 1
     assert order(paid["id"]).status == "paid"
     assert order(paid["id"]).close_deliveries == 0
+
+
+def test_worker_command_dispatches_a_sharded_queue_by_its_name(
+    project: dict[str, str], client: Any, relay: Relay
+) -> None:
+    """Django's dispatch is by ``task.queue.name``: on a sharded queue, the logical name."""
+    # Earlier tests made "orders" unsharded: move it live to 4 shards (both layouts drain).
+    reshard("orders", project["REDIS_URL"], shards=4, prefix=project["DELAYQ_PREFIX"])
+    worker = manage(project, "delayq_worker", "--queue", "orders", "--concurrency", "2")
+    try:
+        unpaid = [client.post("/orders/?delay=0.2").json() for _ in range(6)]
+        wait_until(lambda: all(order(o["id"]).status == "closed" for o in unpaid), timeout=20)
+    finally:
+        out = stop(worker)
+    assert "KeyError" not in out and "Traceback" not in out, out
+    assert all(order(o["id"]).close_deliveries == 1 for o in unpaid)
 
 
 @pytest.mark.slow
