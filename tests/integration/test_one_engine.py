@@ -353,3 +353,34 @@ def test_three_sharded_queues_on_one_client_hold_one_pubsub_connection(
         client.close()
         admin.close()
     assert done == Counter({"q0": 10, "q1": 10, "q2": 10})
+
+
+async def test_exporter_and_dashboard_on_every_layout(
+    open_queue: Callable[..., DelayQueue[Any]], url: str, prefix: str, layout: str
+) -> None:
+    import httpx
+
+    from delayq.dashboard import Settings, create_app
+    from delayq.metrics import QueueCollector
+
+    q = open_queue()
+    q.offer_many([(n, 60) for n in range(10)])
+    expected = 10 + _baseline(q, layout)
+    collector = QueueCollector(url, prefix=prefix)
+    try:
+        by_name = {s.queue: s for s in collector.read()}
+    finally:
+        collector.close()
+    assert by_name["orders"].delayed == expected
+    app = create_app(Settings(redis_url=url, prefix=prefix))
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1")
+    try:
+        index = await client.get("/")
+        assert index.status_code == 200, index.text
+        row = index.text[index.text.index('data-queue="orders"') :]
+        assert f'data-field="delayed">{expected}<' in row[: row.index("</tr>")]
+        page = await client.get("/q/orders")
+        assert page.status_code == 200, page.text
+    finally:
+        await client.aclose()
+        await app.state.dashboard.monitor.close()
