@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from delayq import AsyncDelayQueue, ConfigError, DelayQueue, Durability, NotDurable, Offer
+from delayq._core import sharding
 from delayq.embedded import EmbeddedRedis, valkey_server
 
 from ..conftest import BINARIES
@@ -75,6 +76,33 @@ def test_offers_and_acks_wait_for_the_replica(
         task.ack()
         assert not on_replica.hexists(q.keys.key("tasks"), task.id)
         on_replica.close()
+
+
+def test_a_sharded_queue_waits_for_the_replica_on_every_shard(
+    pair: tuple[EmbeddedRedis, EmbeddedRedis], prefix: str
+) -> None:
+    master, replica = pair
+    durable = Durability(replicas=1, timeout=2.0, after_ack=True)
+    with DelayQueue("durable-4", master.url, prefix=prefix, durability=durable, shards=4) as q:
+        ids = q.offer_many([(n, 0) for n in range(40)])
+        keyed = q.offer("keyed", delay=60, key="k")
+        on_replica = redis.Redis(port=replica.port)
+        try:
+            held = sum(
+                on_replica.hexists(f"{prefix}:{{{sub}}}:tasks", task_id)
+                for task_id in [*ids, keyed]
+                for sub in sharding.shard_names("durable-4", 4)
+            )
+            assert held == 41  # WAIT returned on each shard's connection: all there already
+            tasks: list = []
+            while len(tasks) < 40:  # a shard at a time
+                batch = q.poll_many(40, timeout=5)
+                assert batch, "every task comes back"
+                tasks += batch
+            assert all(q.ack_many(tasks))  # acks that wait for the replica, shard by shard
+            assert q.stats().counters["acked"] == 40
+        finally:
+            on_replica.close()
 
 
 async def test_async_offers_wait_for_the_replica(
