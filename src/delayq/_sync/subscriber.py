@@ -368,58 +368,66 @@ class _Link:
     # The link's thread:
 
     def _run(self) -> None:
-        sub, state = self.sub, self.state
         backoff, outage = Backoff(), Outage()
         try:
-            while not self.closing:
-                at_once, failure, error = False, Failure.RETRY, ""
-                self._up = self._kicked = False
-                try:
-                    if sub._cluster and not sub._settle(self):
-                        return
-                    self._session(outage)
-                    return  # closed, or no channel left here
-                except _Kicked:
-                    at_once, error = True, "the master changed"
-                except Exception as exc:  # after close() anything may fail: end quietly
-                    if self.closing:
-                        return
-                    failure, error = classify_connection_error(exc), printable(str(exc))
-                    if not isinstance(exc, backend.LOST_ERRORS):
-                        log.exception("delayq: pub/sub listener on %s failed", self.where)
-                finally:
-                    self._hang_up()
-                with sub._lock:
-                    if self.closing or state.empty:
-                        return
-                    wanted = sorted(state.wanted)
-                sub._deliver(wanted, None)  # messages may be missed while away
-                if at_once:
-                    log.info("delayq: pub/sub listener on %s follows a failover", self.where)
-                elif outage.failed():
-                    log.warning(
-                        "delayq: pub/sub listener on %s lost Redis (%s); resubscribing %d "
-                        "channels when it is back",
-                        self.where, error, len(wanted),
-                    )  # fmt: skip
-                else:
-                    log.debug("delayq: pub/sub listener on %s: still lost (%s)", self.where, error)
-                if at_once or self._up:
-                    backoff = Backoff()
-                if sub._cluster and not at_once:  # the node may be gone: who serves what now
-                    with contextlib.suppress(Exception):
-                        backend.refresh_topology(backend.resolve(sub._client))
-                pause = retry_pause(backoff, failure, time.monotonic(), at_once=at_once)
-                if pause > 0 and not self._kicked:
-                    with selectors.DefaultSelector() as selector:
-                        selector.register(self._wake_r, selectors.EVENT_READ)
-                        selector.select(pause)  # a kick or close() ends the pause
-                    self._drain()
+            while not self.closing and not self._try(backoff, outage):
+                pass
         finally:
-            with sub._lock:
+            with self.sub._lock:
                 self.retire()
             self._wake_r.close()
             self._wake_w.close()
+
+    def _try(self, backoff: Backoff, outage: Outage) -> bool:
+        """One connection, from dialling to its loss and the pause after; whether the link
+        is done (closed, or no channel left)."""
+        sub, state = self.sub, self.state
+        at_once, failure, error = False, Failure.RETRY, ""
+        self._up = self._kicked = False
+        try:
+            if sub._cluster and not sub._settle(self):
+                return True
+            self._session(outage)
+            return True  # closed, or no channel left here
+        except _Kicked:
+            at_once, error = True, "the master changed"
+        except Exception as exc:  # after close() anything may fail: end quietly
+            if self.closing:
+                return True
+            failure, error = classify_connection_error(exc), printable(str(exc))
+            if not isinstance(exc, backend.LOST_ERRORS):
+                log.exception("delayq: pub/sub listener on %s failed", self.where)
+        finally:
+            self._hang_up()
+        with sub._lock:
+            if self.closing or state.empty:
+                return True
+            wanted = sorted(state.wanted)
+        if self._up or at_once:
+            backoff.current = 0.0  # a new outage: from the shortest pause again
+        if self._up:  # once per outage: messages may be missed while away
+            sub._deliver(wanted, None)
+        if at_once:
+            log.info("delayq: pub/sub listener on %s follows a failover", self.where)
+            return False  # dial again at once
+        if outage.failed():
+            log.warning(
+                "delayq: pub/sub listener on %s lost Redis (%s); resubscribing %d channels "
+                "when it is back",
+                self.where, error, len(wanted),
+            )  # fmt: skip
+        else:
+            log.debug("delayq: pub/sub listener on %s: still lost (%s)", self.where, error)
+        if sub._cluster:  # the node may be gone: who serves what now
+            with contextlib.suppress(Exception):
+                backend.refresh_topology(backend.resolve(sub._client))
+        pause = retry_pause(backoff, failure, time.monotonic())
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            if not self._kicked and not self.closing:
+                selector.select(pause)  # a kick or close() ends the pause
+        self._drain()
+        return False
 
     def _session(self, outage: Outage) -> None:
         """Dial, subscribe every channel, and read until the connection fails, is closed, or
