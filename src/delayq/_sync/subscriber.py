@@ -73,6 +73,8 @@ class Notifier:
 
     def start(self) -> None:
         """Subscribe (once); returns when the subscription is live or after a short wait."""
+        if self._subscriber._pid != os.getpid():
+            self._subscriber._forked()
         if not self._joined:
             self._joined = True
             self._subscriber._join(self)
@@ -174,19 +176,24 @@ class Subscriber:
         with self._lock:
             if self._closed:
                 return
-            if self._pid != os.getpid():
-                self._forked()
             channel = handle.channel
             self._handles.setdefault(channel, []).append(handle)
             if self._channels.join(channel):
                 self._place(channel, self._node_of(channel))
 
     def _forked(self) -> None:
-        """In a child process: the parent's connections and threads are not ours."""
-        self._pid = os.getpid()
-        self._links, self._home = {}, {}
-        for channel in self._channels:
-            self._place(channel, self._node_of(channel))
+        """In a child process: the parent's connections and threads are not ours (left
+        alone: closing them here would close the parent's); dial our own."""
+        with self._lock:
+            if self._pid == os.getpid():
+                return
+            self._pid = os.getpid()
+            for link in self._links.values():
+                link._wake_r.close()  # our copies of its socket pair only
+                link._wake_w.close()
+            self._links, self._home = {}, {}
+            for channel in self._channels:
+                self._place(channel, self._node_of(channel))
 
     def _leave(self, handle: Notifier) -> None:
         channel = handle.channel
@@ -550,6 +557,19 @@ def master_switched(client: Any, master: tuple[str, int] | None) -> None:
     found = _registered(client)
     if found is not None:
         found.switched(master)
+
+
+def _reset_locks_in_child() -> None:
+    """A lock some thread of the parent held at the fork stays held in the child: new ones."""
+    global _REGISTRY_LOCK
+    _REGISTRY_LOCK = threading.Lock()
+    for found in list(_SUBSCRIBERS.values()):
+        found._lock = threading.RLock()
+        found._live_news = threading.Condition(found._lock)
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_reset_locks_in_child)
 
 
 def master_reconnected(client: Any) -> None:
