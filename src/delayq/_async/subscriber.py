@@ -153,8 +153,11 @@ class Subscriber:
                 link.kick()
 
     async def close(self) -> None:
-        """End every connection; every handle hears None and is unsubscribed."""
+        """End every connection; every handle hears None and is unsubscribed. The client's
+        next ``subscriber_of`` gets a new subscriber."""
         self._closed = True
+        if _SUBSCRIBERS.get(id(self._client)) is self:
+            del _SUBSCRIBERS[id(self._client)]
         links, self._links = list(self._links.values()), {}
         for link in links:
             await link.close()

@@ -157,7 +157,11 @@ class Subscriber:
                 link.kick()
 
     def close(self) -> None:
-        """End every connection; every handle hears None and is unsubscribed."""
+        """End every connection; every handle hears None and is unsubscribed. The client's
+        next ``subscriber_of`` gets a new subscriber."""
+        with _REGISTRY_LOCK:
+            if _SUBSCRIBERS.get(id(self._client)) is self:
+                del _SUBSCRIBERS[id(self._client)]
         with self._lock:
             self._closed = True
             links, self._links = list(self._links.values()), {}
