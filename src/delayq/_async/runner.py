@@ -2,7 +2,8 @@
 
 It runs scripts by SHA on the slot of their keys (loading them on NOSCRIPT), follows cluster
 redirections, retries what a failover or a lost connection interrupted until the call's
-deadline, and sends ``WAIT`` on the connection that took the write. The sync runner in
+deadline, and sends ``WAIT`` on the connection that took the write. Wake-up channels ride on
+its ``subscriber`` (``subscriber.py``: one pub/sub connection per node). The sync runner in
 ``_sync/runner.py`` is generated from this file by ``scripts/unasync.py``; edit here.
 """
 

@@ -153,8 +153,11 @@ class Subscriber:
                 link.kick()
 
     async def close(self) -> None:
-        """End every connection; every handle hears None and is unsubscribed."""
+        """End every connection; every handle hears None and is unsubscribed. The client's
+        next ``subscriber_of`` gets a new subscriber."""
         self._closed = True
+        if _SUBSCRIBERS.get(id(self._client)) is self:
+            del _SUBSCRIBERS[id(self._client)]
         links, self._links = list(self._links.values()), {}
         for link in links:
             await link.close()
@@ -336,54 +339,63 @@ class _Link:
             del self.sub._links[self.address]
 
     async def _run(self) -> None:
-        sub, state = self.sub, self.state
         backoff, outage = Backoff(), Outage()
         try:
             while True:
-                at_once, failure, error = False, Failure.RETRY, ""
-                self._up = False
                 try:
-                    if sub._cluster and not await sub._settle(self):
+                    if await self._try(backoff, outage):
                         return
-                    await self._session(outage)
-                    return  # no channel left here
-                except asyncio.CancelledError:
-                    if not self._kick_taken():
-                        raise
-                    at_once, error = True, "the master changed"
-                except Exception as exc:
-                    failure, error = classify_connection_error(exc), printable(str(exc))
-                    if not isinstance(exc, backend.LOST_ERRORS):
-                        log.exception("delayq: pub/sub listener on %s failed", self.where)
-                finally:
-                    if state.empty:
-                        self._retire()
-                    await self._hang_up()
-                if state.empty:
-                    return
-                sub._unknown(state.wanted)  # messages may be missed while away
-                if at_once:
-                    log.info("delayq: pub/sub listener on %s follows a failover", self.where)
-                elif outage.failed():
-                    log.warning(
-                        "delayq: pub/sub listener on %s lost Redis (%s); resubscribing %d "
-                        "channels when it is back",
-                        self.where, error, len(state.wanted),
-                    )  # fmt: skip
-                else:
-                    log.debug("delayq: pub/sub listener on %s: still lost (%s)", self.where, error)
-                if at_once or self._up:
-                    backoff = Backoff()
-                if sub._cluster and not at_once:  # the node may be gone: who serves what now
-                    with contextlib.suppress(Exception):
-                        await backend.refresh_topology(backend.resolve(sub._client))
-                try:
-                    await asyncio.sleep(retry_pause(backoff, failure, _now(), at_once=at_once))
-                except asyncio.CancelledError:
+                except asyncio.CancelledError:  # a kick outside a session: dial again now
                     if not self._kick_taken():
                         raise
         finally:
             self._retire()
+
+    async def _try(self, backoff: Backoff, outage: Outage) -> bool:
+        """One connection, from dialling to its loss and the pause after; whether the link
+        is done (no channel left)."""
+        sub, state = self.sub, self.state
+        at_once, failure, error = False, Failure.RETRY, ""
+        self._up = False
+        try:
+            if sub._cluster and not await sub._settle(self):
+                return True
+            await self._session(outage)
+            return True  # no channel left here
+        except asyncio.CancelledError:
+            if not self._kick_taken():
+                raise
+            at_once, error = True, "the master changed"
+        except Exception as exc:
+            failure, error = classify_connection_error(exc), printable(str(exc))
+            if not isinstance(exc, backend.LOST_ERRORS):
+                log.exception("delayq: pub/sub listener on %s failed", self.where)
+        finally:
+            if state.empty:
+                self._retire()
+            await self._hang_up()  # (no await inside that a kick could land on)
+        if state.empty:
+            return True
+        if self._up or at_once:
+            backoff.current = 0.0  # a new outage: from the shortest pause again
+        if self._up:  # once per outage: messages may be missed while away
+            sub._unknown(state.wanted)
+        if at_once:
+            log.info("delayq: pub/sub listener on %s follows a failover", self.where)
+            return False  # dial again at once
+        if outage.failed():
+            log.warning(
+                "delayq: pub/sub listener on %s lost Redis (%s); resubscribing %d channels "
+                "when it is back",
+                self.where, error, len(state.wanted),
+            )  # fmt: skip
+        else:
+            log.debug("delayq: pub/sub listener on %s: still lost (%s)", self.where, error)
+        if sub._cluster:  # the node may be gone: who serves what now
+            with contextlib.suppress(Exception):
+                await backend.refresh_topology(backend.resolve(sub._client))
+        await asyncio.sleep(retry_pause(backoff, failure, _now()))
+        return False
 
     async def _session(self, outage: Outage) -> None:
         """Dial, subscribe every channel, and read until the connection fails or is left

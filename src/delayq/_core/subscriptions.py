@@ -278,13 +278,11 @@ class Outage:
         return failures
 
 
-def retry_pause(backoff: Backoff, failure: Failure, now: float, *, at_once: bool) -> float:
-    """How long a lost pub/sub connection waits before it dials again: not at all after a
-    failover (``at_once``: the new master is known), the longest pause when retrying soon
-    cannot help (UNREACHABLE: a name that does not resolve, TLS refused), else the runner's
-    doubling backoff."""
-    if at_once:
-        return 0.0
+def retry_pause(backoff: Backoff, failure: Failure, now: float) -> float:
+    """How long a lost pub/sub connection waits before it dials again: the longest pause when
+    retrying soon cannot help (UNREACHABLE: a name that does not resolve, TLS refused), else
+    the runner's doubling backoff. (After a failover it dials again at once: the new master
+    is known.)"""
     if failure is Failure.UNREACHABLE:
         backoff.current = backoff.cap
         return backoff.cap

@@ -73,6 +73,8 @@ class Notifier:
 
     def start(self) -> None:
         """Subscribe (once); returns when the subscription is live or after a short wait."""
+        if self._subscriber._pid != os.getpid():
+            self._subscriber._forked()
         if not self._joined:
             self._joined = True
             self._subscriber._join(self)
@@ -155,7 +157,11 @@ class Subscriber:
                 link.kick()
 
     def close(self) -> None:
-        """End every connection; every handle hears None and is unsubscribed."""
+        """End every connection; every handle hears None and is unsubscribed. The client's
+        next ``subscriber_of`` gets a new subscriber."""
+        with _REGISTRY_LOCK:
+            if _SUBSCRIBERS.get(id(self._client)) is self:
+                del _SUBSCRIBERS[id(self._client)]
         with self._lock:
             self._closed = True
             links, self._links = list(self._links.values()), {}
@@ -174,19 +180,24 @@ class Subscriber:
         with self._lock:
             if self._closed:
                 return
-            if self._pid != os.getpid():
-                self._forked()
             channel = handle.channel
             self._handles.setdefault(channel, []).append(handle)
             if self._channels.join(channel):
                 self._place(channel, self._node_of(channel))
 
     def _forked(self) -> None:
-        """In a child process: the parent's connections and threads are not ours."""
-        self._pid = os.getpid()
-        self._links, self._home = {}, {}
-        for channel in self._channels:
-            self._place(channel, self._node_of(channel))
+        """In a child process: the parent's connections and threads are not ours (left
+        alone: closing them here would close the parent's); dial our own."""
+        with self._lock:
+            if self._pid == os.getpid():
+                return
+            self._pid = os.getpid()
+            for link in self._links.values():
+                link._wake_r.close()  # our copies of its socket pair only
+                link._wake_w.close()
+            self._links, self._home = {}, {}
+            for channel in self._channels:
+                self._place(channel, self._node_of(channel))
 
     def _leave(self, handle: Notifier) -> None:
         channel = handle.channel
@@ -368,58 +379,66 @@ class _Link:
     # The link's thread:
 
     def _run(self) -> None:
-        sub, state = self.sub, self.state
         backoff, outage = Backoff(), Outage()
         try:
-            while not self.closing:
-                at_once, failure, error = False, Failure.RETRY, ""
-                self._up = self._kicked = False
-                try:
-                    if sub._cluster and not sub._settle(self):
-                        return
-                    self._session(outage)
-                    return  # closed, or no channel left here
-                except _Kicked:
-                    at_once, error = True, "the master changed"
-                except Exception as exc:  # after close() anything may fail: end quietly
-                    if self.closing:
-                        return
-                    failure, error = classify_connection_error(exc), printable(str(exc))
-                    if not isinstance(exc, backend.LOST_ERRORS):
-                        log.exception("delayq: pub/sub listener on %s failed", self.where)
-                finally:
-                    self._hang_up()
-                with sub._lock:
-                    if self.closing or state.empty:
-                        return
-                    wanted = sorted(state.wanted)
-                sub._deliver(wanted, None)  # messages may be missed while away
-                if at_once:
-                    log.info("delayq: pub/sub listener on %s follows a failover", self.where)
-                elif outage.failed():
-                    log.warning(
-                        "delayq: pub/sub listener on %s lost Redis (%s); resubscribing %d "
-                        "channels when it is back",
-                        self.where, error, len(wanted),
-                    )  # fmt: skip
-                else:
-                    log.debug("delayq: pub/sub listener on %s: still lost (%s)", self.where, error)
-                if at_once or self._up:
-                    backoff = Backoff()
-                if sub._cluster and not at_once:  # the node may be gone: who serves what now
-                    with contextlib.suppress(Exception):
-                        backend.refresh_topology(backend.resolve(sub._client))
-                pause = retry_pause(backoff, failure, time.monotonic(), at_once=at_once)
-                if pause > 0 and not self._kicked:
-                    with selectors.DefaultSelector() as selector:
-                        selector.register(self._wake_r, selectors.EVENT_READ)
-                        selector.select(pause)  # a kick or close() ends the pause
-                    self._drain()
+            while not self.closing and not self._try(backoff, outage):
+                pass
         finally:
-            with sub._lock:
+            with self.sub._lock:
                 self.retire()
             self._wake_r.close()
             self._wake_w.close()
+
+    def _try(self, backoff: Backoff, outage: Outage) -> bool:
+        """One connection, from dialling to its loss and the pause after; whether the link
+        is done (closed, or no channel left)."""
+        sub, state = self.sub, self.state
+        at_once, failure, error = False, Failure.RETRY, ""
+        self._up = self._kicked = False
+        try:
+            if sub._cluster and not sub._settle(self):
+                return True
+            self._session(outage)
+            return True  # closed, or no channel left here
+        except _Kicked:
+            at_once, error = True, "the master changed"
+        except Exception as exc:  # after close() anything may fail: end quietly
+            if self.closing:
+                return True
+            failure, error = classify_connection_error(exc), printable(str(exc))
+            if not isinstance(exc, backend.LOST_ERRORS):
+                log.exception("delayq: pub/sub listener on %s failed", self.where)
+        finally:
+            self._hang_up()
+        with sub._lock:
+            if self.closing or state.empty:
+                return True
+            wanted = sorted(state.wanted)
+        if self._up or at_once:
+            backoff.current = 0.0  # a new outage: from the shortest pause again
+        if self._up:  # once per outage: messages may be missed while away
+            sub._deliver(wanted, None)
+        if at_once:
+            log.info("delayq: pub/sub listener on %s follows a failover", self.where)
+            return False  # dial again at once
+        if outage.failed():
+            log.warning(
+                "delayq: pub/sub listener on %s lost Redis (%s); resubscribing %d channels "
+                "when it is back",
+                self.where, error, len(wanted),
+            )  # fmt: skip
+        else:
+            log.debug("delayq: pub/sub listener on %s: still lost (%s)", self.where, error)
+        if sub._cluster:  # the node may be gone: who serves what now
+            with contextlib.suppress(Exception):
+                backend.refresh_topology(backend.resolve(sub._client))
+        pause = retry_pause(backoff, failure, time.monotonic())
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            if not self._kicked and not self.closing:
+                selector.select(pause)  # a kick or close() ends the pause
+        self._drain()
+        return False
 
     def _session(self, outage: Outage) -> None:
         """Dial, subscribe every channel, and read until the connection fails, is closed, or
@@ -542,6 +561,19 @@ def master_switched(client: Any, master: tuple[str, int] | None) -> None:
     found = _registered(client)
     if found is not None:
         found.switched(master)
+
+
+def _reset_locks_in_child() -> None:
+    """A lock some thread of the parent held at the fork stays held in the child: new ones."""
+    global _REGISTRY_LOCK
+    _REGISTRY_LOCK = threading.Lock()
+    for found in list(_SUBSCRIBERS.values()):
+        found._lock = threading.RLock()
+        found._live_news = threading.Condition(found._lock)
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_reset_locks_in_child)
 
 
 def master_reconnected(client: Any) -> None:
