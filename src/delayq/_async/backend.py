@@ -392,34 +392,3 @@ class Bell:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._event.wait(), remaining)
         return True
-
-
-class Notifier:
-    """The wake-ups of one queue channel: a handle on the shared subscriber of ``client``
-    (``subscriber.subscriber_of``), which carries every channel of that client over one
-    pub/sub connection per node. Kept for the queue code, which will ask its runner's
-    ``subscriber.notifier(channel, bell)`` itself; same interface."""
-
-    def __init__(self, client: Any, channel: str, bell: Bell | None = None) -> None:
-        from .subscriber import subscriber_of  # that module builds on this one
-
-        self._handle = subscriber_of(client).notifier(channel, bell)
-
-    async def start(self) -> None:
-        """Subscribe (once); returns when the subscription is live or after a short wait."""
-        await self._handle.start()
-
-    def mark(self) -> int:
-        return self._handle.mark()
-
-    def news(self, mark: int) -> tuple[int, int | None]:
-        """(new mark, earliest due ms announced after ``mark``, None if unknown), now."""
-        return self._handle.news(mark)
-
-    async def wait(self, mark: int, timeout: float) -> tuple[int, int | None] | None:
-        """Wait for news after ``mark``: (new mark, earliest announced due ms, None if
-        unknown), or None on timeout."""
-        return await self._handle.wait(mark, timeout)
-
-    async def close(self) -> None:
-        await self._handle.close()

@@ -141,7 +141,7 @@ class AsyncShard:
         self._offer_one_keys = keys.offer_one
         self._runner = conn
         self._settings = settings
-        self.notifier = backend.Notifier(conn.client, keys.channel, bell)
+        self.notifier = conn.subscriber.notifier(keys.channel, bell)
 
     @property
     def name(self) -> str:

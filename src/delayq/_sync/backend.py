@@ -389,36 +389,5 @@ class Bell:
             return self._cond.wait_for(changed, timeout)
 
 
-class Notifier:
-    """The wake-ups of one queue channel: a handle on the shared subscriber of ``client``
-    (``subscriber.subscriber_of``), which carries every channel of that client over one
-    pub/sub connection per node. Kept for the queue code, which will ask its runner's
-    ``subscriber.notifier(channel, bell)`` itself; same interface."""
-
-    def __init__(self, client: Any, channel: str, bell: Bell | None = None) -> None:
-        from .subscriber import subscriber_of  # that module builds on this one
-
-        self._handle = subscriber_of(client).notifier(channel, bell)
-
-    def start(self) -> None:
-        """Subscribe (once); returns when the subscription is live or after a short wait."""
-        self._handle.start()
-
-    def mark(self) -> int:
-        return self._handle.mark()
-
-    def news(self, mark: int) -> tuple[int, int | None]:
-        """(new mark, earliest due ms announced after ``mark``, None if unknown), now."""
-        return self._handle.news(mark)
-
-    def wait(self, mark: int, timeout: float) -> tuple[int, int | None] | None:
-        """Wait for news after ``mark``: (new mark, earliest announced due ms, None if
-        unknown), or None on timeout."""
-        return self._handle.wait(mark, timeout)
-
-    def close(self) -> None:
-        self._handle.close()
-
-
 def _str(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
