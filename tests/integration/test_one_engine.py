@@ -248,7 +248,7 @@ def test_a_consumer_of_an_unknown_queue_says_so(
             assert new.poll(timeout=0) is None
             assert new.known is True
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert any("'ordres' is unknown" in w and "did you mean 'orders'" in w for w in warnings)
+    assert any("'ordres' is unknown" in w and "Did you mean 'orders'" in w for w in warnings)
     assert not any("brand-new" in w for w in warnings)
 
 
@@ -266,7 +266,7 @@ def test_a_worker_on_an_unknown_queue_says_so_in_its_health(
         with worker.start_background():
             wait_until(lambda: worker.health().unknown_queues == ("ordres",), timeout=10)
             assert worker.health().alive
-    assert any("did you mean 'orders'" in r.getMessage() for r in caplog.records)
+    assert any("Did you mean 'orders'" in r.getMessage() for r in caplog.records)
 
 
 def test_the_relay_feeds_a_sharded_queue(
@@ -312,7 +312,7 @@ def test_the_worker_command_on_a_misspelt_queue_says_so(
                 wait_until(lambda: probe.poll(timeout=0) is None and probe.known, timeout=15)
             wait_until(lambda: any("worker started" in line for line in lines), timeout=15)
         else:
-            wait_until(lambda: any("did you mean" in line for line in lines), timeout=15)
+            wait_until(lambda: any("Did you mean" in line for line in lines), timeout=15)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=15)
         reader.join(5)
@@ -323,7 +323,7 @@ def test_the_worker_command_on_a_misspelt_queue_says_so(
         reader.join(5)
         proc.stdout.close()
     out = "".join(lines)
-    warned = "'ordres' is unknown" in out and "did you mean 'orders'" in out
+    warned = "'ordres' is unknown" in out and "Did you mean 'orders'" in out
     assert warned is not create, out
 
 

@@ -549,11 +549,11 @@ class DelayQueue(Generic[PayloadT]):
         raw = self._runner.command("SMEMBERS", self._keys.registry)
         names = sorted(n.decode(errors="replace") if isinstance(n, bytes) else n for n in raw)
         close = difflib.get_close_matches(self.name, names, n=3)
-        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
         log.warning(
             "delayq: queue %r is unknown to Redis (nothing was ever offered to it under "
-            "prefix %r)%s; waiting for it (open it with create=True if it is new)",
-            self.name, self._keys.prefix, hint,
+            "prefix %r): waiting for it.%s A new queue: create=True (delayq worker --create) "
+            "registers it.", self.name, self._keys.prefix, hint,
         )  # fmt: skip
 
     # -- producing --------------------------------------------------------------------------
