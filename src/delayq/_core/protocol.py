@@ -14,10 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
-from ..exceptions import ConfigError, InvalidTaskError, ServerError
-from .models import Backoff, DedupMode, Stats, to_datetime
+from ..exceptions import InvalidTaskError, ServerError
+from .models import DedupMode, Stats, to_datetime
 from .text import utf8_safe
-from .timing import duration_ms
 
 # Base64 re-lettered with an ASCII-sorted alphabet, so ids sort like the numbers they encode:
 # same-millisecond ties among one process's tasks come out in offer order.
@@ -226,36 +225,6 @@ class Policy:
     max_attempts: int
     backoff: Any  # models.Backoff
     housekeeping: int = 100
-
-    def overridden(
-        self,
-        queue: str,
-        visibility_timeout: Any = None,
-        max_attempts: Any = None,
-        retry_backoff: Any = None,
-    ) -> Policy:
-        """This policy with the settings given (None: kept); ConfigError for a bad one."""
-        lease_ms, attempts, backoff = self.lease_ms, self.max_attempts, self.backoff
-        if visibility_timeout is not None:
-            if lease_ms == 0:
-                raise ConfigError(f"queue {queue!r} is at-most-once: it has no lease to time")
-            try:
-                lease_ms = duration_ms(visibility_timeout, "visibility_timeout", allow_zero=False)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from exc
-        if max_attempts is not None:
-            if (
-                not isinstance(max_attempts, int)
-                or isinstance(max_attempts, bool)
-                or max_attempts < 1
-            ):
-                raise ConfigError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
-            attempts = max_attempts
-        if retry_backoff is not None:
-            if not isinstance(retry_backoff, Backoff):
-                raise ConfigError(f"retry_backoff must be a Backoff, got {retry_backoff!r}")
-            backoff = retry_backoff
-        return dataclasses.replace(self, lease_ms=lease_ms, max_attempts=attempts, backoff=backoff)
 
 
 def fetch_args(policy: Policy, count: int, keep_ms: int) -> list[Any]:
