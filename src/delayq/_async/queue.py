@@ -61,7 +61,7 @@ from ..exceptions import (
 )
 from . import backend, runner
 from .consumer import AsyncConsumer
-from .shard import AsyncShard, ShardSettings, Watch, acked_of
+from .shard import AsyncShard, ShardSettings, Watch
 
 log = logging.getLogger("delayq")
 
@@ -1011,7 +1011,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
                     batches.append(group[start : start + protocol.MAX_BATCH])
             acked = {}
             for batch, reply in zip(batches, await self._many(calls), strict=True):
-                acked.update(zip(map(id, batch), acked_of(reply), strict=True))
+                acked.update(zip(map(id, batch), protocol.parse_ack(reply), strict=True))
         return _settled(tasks, [acked[id(t)] for t in leased])
 
     async def nack(self, task: AsyncTask, delay: Duration | None = None) -> None:
@@ -1056,7 +1056,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         shard = self._shard_of(task)
         self._check_open()
         expiry = await shard.extend(task.id, task.lease_token, ms)
-        if expiry < 0:
+        if expiry is None:
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
         return to_datetime(expiry)  # type: ignore[return-value]
 

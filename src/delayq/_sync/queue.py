@@ -62,7 +62,7 @@ from ..exceptions import (
 )
 from . import backend, runner
 from .consumer import Consumer
-from .shard import Shard, ShardSettings, Watch, acked_of
+from .shard import Shard, ShardSettings, Watch
 
 log = logging.getLogger("delayq")
 
@@ -1006,7 +1006,7 @@ class DelayQueue(Generic[PayloadT]):
                     batches.append(group[start : start + protocol.MAX_BATCH])
             acked = {}
             for batch, reply in zip(batches, self._many(calls), strict=True):
-                acked.update(zip(map(id, batch), acked_of(reply), strict=True))
+                acked.update(zip(map(id, batch), protocol.parse_ack(reply), strict=True))
         return _settled(tasks, [acked[id(t)] for t in leased])
 
     def nack(self, task: Task, delay: Duration | None = None) -> None:
@@ -1045,7 +1045,7 @@ class DelayQueue(Generic[PayloadT]):
         shard = self._shard_of(task)
         self._check_open()
         expiry = shard.extend(task.id, task.lease_token, ms)
-        if expiry < 0:
+        if expiry is None:
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
         return to_datetime(expiry)  # type: ignore[return-value]
 
