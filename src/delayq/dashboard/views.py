@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,7 +13,7 @@ from urllib.parse import quote
 from .. import AsyncDelayQueue
 from .._core.text import printable
 from .._core.timing import format_duration, parse_duration
-from .._core.urls import safe_url
+from .._core.urls import mask_secrets
 
 
 def parse_delay(text: str) -> float:
@@ -139,12 +138,9 @@ def error_line(error: str | None, limit: int = 160) -> str:
     return text(lines[-1].strip() if lines else "", limit)
 
 
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>]+")
-
-
 def masked(message: object) -> str:
-    """An error message with every URL in it passed through ``safe_url`` (no password)."""
-    return printable(_URL.sub(lambda m: safe_url(m.group()), str(message)))
+    """An error message with its passwords masked (in URLs or not), safe to show."""
+    return printable(mask_secrets(str(message)))
 
 
 def quote_all(value: object) -> str:
