@@ -267,22 +267,85 @@ def test_parse_stats() -> None:
     reply = [9, 1, 2, 3, 4, 5, -1, 77, b"acked", b"6", b"offered", 7, b"seen_ms", b"8"]
     reply += [b"late:5", 2, b"late:inf", 1, b"late:sum", 100_010]
     raw = protocol.parse_stats(reply)
-    lateness = raw.pop("lateness")
+    lateness = raw.lateness
     assert (lateness[0.005], lateness[math.inf], sum(lateness.values())) == (2, 1, 3)
     assert list(lateness) == sorted(lateness)  # cumulative sums can be taken in order
-    assert raw == {
-        "lateness_sum": 100.01,
-        "seen_ms": 8,
-        "now_ms": 9,
-        "delayed": 1,
-        "ready": 2,
-        "inflight": 3,
-        "dead": 4,
-        "overdue": 5,
-        "oldest_due_ms": None,
-        "next_due_ms": 77,
-        "counters": {"acked": 6, "offered": 7},
-    }
+    assert (raw.lateness_sum, raw.seen_ms, raw.now_ms) == (100.01, 8, 9)
+    assert (raw.delayed, raw.ready, raw.inflight, raw.dead, raw.overdue) == (1, 2, 3, 4, 5)
+    assert (raw.oldest_due_ms, raw.next_due_ms, raw.total) == (None, 77, 10)
+    assert raw.counters == {"acked": 6, "offered": 7}
+    assert protocol.parse_stats([9, 0, 0, 0, 0, 0, 4, -1]).oldest_due_ms == 4
+    stats = protocol.stats_from_reply("q", [9_000, 0, 1, 0, 0, 1, 4_000, -1])
+    assert (stats.queue, stats.ready, stats.oldest_overdue_age, stats.next_due_at) == (
+        "q",
+        1,
+        5.0,
+        None,
+    )
+    assert stats.consumer_seen_at is None and stats.counters == {}
+
+
+def test_parse_dead() -> None:
+    rows = protocol.parse_dead([b"a", 50, 3, b"boom", b"{}", b"b", 60, 1, b"", b""])
+    assert rows == [("a", 50, 3, "boom", b"{}"), ("b", 60, 1, None, b"")]
+    assert (rows[0].id, rows[0].dead_ms, rows[0].attempts) == ("a", 50, 3)
+    assert (rows[1].error, rows[1].envelope) == (None, b"")
+    assert protocol.parse_dead([]) == []
+
+
+def test_parse_tasks() -> None:
+    reply = [1_000, b"a", b"17000000000009", 2, b"{}", b"oops \xff", b"1700000000500"]
+    reply += [b"b\xfe", b"20", 0, b"", b"", b""]
+    one, two = protocol.parse_tasks(reply)
+    assert one == ("a", 1_700_000_000_000, 2, b"{}", "oops \\xff", 1_700_000_000_500)
+    # An id that is not UTF-8 survives, as fetch reads it; nothing stored reads as None.
+    assert two.id.encode("utf-8", "surrogateescape") == b"b\xfe"
+    assert (two.score_ms, two.attempts, two.envelope, two.error, two.expires_ms) == (
+        2,
+        0,
+        b"",
+        None,
+        None,
+    )
+    assert protocol.parse_tasks([1_000]) == []
+
+
+def test_parse_statuses_of_ack_and_cancel() -> None:
+    assert protocol.parse_ack([1, 0, b"1"]) == [True, False, True]
+    assert protocol.parse_cancel([0]) == [False]
+    assert protocol.parse_ack([]) == []
+
+
+def test_parse_reschedule_requeue_purge() -> None:
+    assert protocol.parse_reschedule([1, 5_000]) == protocol.Rescheduled(True, 5_000)
+    moved = protocol.parse_reschedule([0, b"4000"])
+    assert (moved.moved, moved.ms) == (False, 4_000)
+    requeued = protocol.parse_requeue([2, b"5"])
+    assert (requeued.requeued, requeued.examined) == (2, 5)
+    moved_count, examined = requeued  # a tuple too, for the requeue loop
+    assert (moved_count, examined) == (2, 5)
+    assert protocol.parse_purge([b"17"]) == 17
+
+
+@pytest.mark.parametrize(
+    ("status", "held"),
+    [
+        (protocol.NackStatus.LEASE_LOST, False),
+        (protocol.NackStatus.SCHEDULED, True),
+        (protocol.NackStatus.DEAD, True),
+        (protocol.NackStatus.RESENT, True),  # done by the first call, whose reply was lost
+    ],
+)
+def test_parse_nack(status: protocol.NackStatus, held: bool) -> None:
+    nacked = protocol.parse_nack([int(status), b"123"])
+    assert (nacked.status, nacked.ms, nacked.held) == (status, 123, held)
+    assert nacked.status is status
+
+
+def test_parse_extend() -> None:
+    assert protocol.parse_extend(1_700_000_000_000) == 1_700_000_000_000
+    assert protocol.parse_extend(b"5") == 5
+    assert protocol.parse_extend(-1) is None
 
 
 def test_nack_args_truncate_long_errors() -> None:

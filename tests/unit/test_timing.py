@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from decimal import Decimal
 
 import pytest
 
 from delayq import InvalidDelay, InvalidTaskError
-from delayq._core.timing import MAX_DELAY_MS, due_spec, duration_ms, epoch_ms
+from delayq._core.timing import (
+    MAX_DELAY_MS,
+    due_spec,
+    duration_ms,
+    epoch_ms,
+    format_duration,
+    parse_duration,
+)
 
 CENTURY_S = 100 * 365 * 24 * 3600
 
@@ -241,3 +249,76 @@ def test_due_spec_rejects_both_delay_and_at(delay: object, at: object) -> None:
 def test_due_spec_validates_what_it_gets(delay: object, at: object) -> None:
     with pytest.raises(InvalidDelay):
         due_spec(delay, at)
+
+
+# -- durations as people type and read them -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("0", 0.0),
+        ("1.5", 1.5),
+        (".5", 0.5),
+        ("2.", 2.0),
+        ("250ms", 0.25),
+        ("30s", 30.0),
+        ("1.5m", 90.0),
+        ("2h", 7200.0),
+        ("2d", 172_800.0),
+        ("1h30m", 5400.0),
+        ("1h 30m", 5400.0),
+        (" 5M ", 300.0),
+        ("30s1h", 3630.0),  # any order, each unit once
+        ("1m500ms", 60.5),
+    ],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("soon", "use seconds"),
+        ("", "use seconds"),
+        ("1h1h", "use seconds"),  # a unit twice is a typo
+        ("200y", "use seconds"),
+        ("1e3", "use seconds"),  # no exponents
+        ("nan", "use seconds"),
+        ("inf", "use seconds"),
+        ("5 s s", "use seconds"),
+        ("-5s", "must not be negative"),
+        ("-1", "must not be negative"),
+        ("9" * 400, "must be finite"),
+    ],
+)
+def test_parse_duration_says_what_is_wrong(text: str, reason: str) -> None:
+    with pytest.raises(ValueError, match=f"^not a delay: {re.escape(repr(text))} \\(.*{reason}"):
+        parse_duration(text, "delay")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown", "spaced", "coarse"),
+    [
+        (0, "0ms", "0ms", "0s"),
+        (0.0154, "15ms", "15ms", "0s"),
+        (0.4, "400ms", "400ms", "0s"),
+        (4.2, "4.2s", "4.2s", "4s"),
+        (-4.2, "4.2s", "4.2s", "4s"),  # the sign is the caller's ("in", "ago")
+        (59.5, "59.5s", "59.5s", "59s"),
+        (60, "1m00s", "1m 00s", "1m"),
+        (185, "3m05s", "3m 05s", "3m"),  # at a glance, minutes alone
+        (3599, "59m59s", "59m 59s", "59m"),
+        (3600, "1h00m", "1h 00m", "1h"),
+        (7300, "2h01m", "2h 01m", "2h 1m"),
+        (86_399, "23h59m", "23h 59m", "23h 59m"),
+        (90_000, "1d01h", "1d 01h", "1d 1h"),
+        (172_800, "2d00h", "2d 00h", "2d"),
+        (10 * 86_400 + 5 * 3600, "10d05h", "10d 05h", "10d 5h"),
+    ],
+)
+def test_format_duration(seconds: float, shown: str, spaced: str, coarse: str) -> None:
+    assert format_duration(seconds) == shown
+    assert format_duration(seconds, sep=" ") == spaced
+    assert format_duration(seconds, sep=" ", coarse=True) == coarse

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from delayq._core.urls import safe_url
+from delayq._core.urls import mask_secrets, safe_url
 
 
 @pytest.mark.parametrize(
@@ -36,3 +36,70 @@ def test_every_secret_form_is_masked(url: str) -> None:
     shown = safe_url(url)
     assert "s3cret" not in shown and "cret" not in shown
     assert "***" in shown
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        # Sentinel and Cluster: one userinfo before many hosts
+        (
+            "redis+sentinel://u:s3cret@h1:26379,h2:26379/mymaster/0",
+            "redis+sentinel://u:***@h1:26379,h2:26379/mymaster/0",
+        ),
+        ("redis+cluster://:s3cret@h1:7000,h2:7001", "redis+cluster://:***@h1:7000,h2:7001"),
+        # PostgreSQL URLs, one host or many, and libpq's query options
+        ("postgresql://app:s3cret@db:5432/shop", "postgresql://app:***@db:5432/shop"),
+        ("postgres://app:s3cret@h1,h2:5433/shop", "postgres://app:***@h1,h2:5433/shop"),
+        (
+            "postgresql://app@db/shop?sslmode=require&sslpassword=s3cret",
+            "postgresql://app@db/shop?sslmode=require&sslpassword=***",
+        ),
+        ("postgresql://app@db/shop", "postgresql://app@db/shop"),
+        # libpq's key=value form
+        (
+            "host=db user=app password=s3cret dbname=shop",
+            "host=db user=app password=*** dbname=shop",
+        ),
+        ("password = 's3 \\' cret' host=db", "password = *** host=db"),
+        ("host=db password='s3cret", "host=db password=***"),  # unterminated: all of it
+        ("host=db sslpassword=s3cret", "host=db sslpassword=***"),
+        ("host=db user=app dbname=shop", "host=db user=app dbname=shop"),
+        ("bypass=1 compass=2", "bypass=1 compass=2"),  # not names of secrets
+    ],
+)
+def test_every_url_and_dsn_form(url: str, shown: str) -> None:
+    assert safe_url(url) == shown
+    assert "s3" not in safe_url(url) and "cret" not in safe_url(url)
+
+
+@pytest.mark.parametrize(
+    ("message", "shown"),
+    [
+        (
+            "Error connecting to redis://u:s3cret@h:6379/0. Refused.",
+            "Error connecting to redis://u:***@h:6379/0. Refused.",
+        ),
+        (
+            "bad url 'redis://h/0?password=s3cret&db=1' (twice: redis://:s3cret@h2)",
+            "bad url 'redis://h/0?password=***&db=1' (twice: redis://:***@h2)",
+        ),
+        ("unix:///run/r.sock?password=s3cret refused", "unix:///run/r.sock?password=*** refused"),
+        (
+            "'redis://u:pa'ss@h' is odd",  # a quote inside the password does not end the URL
+            "'redis://u:***@h' is odd",
+        ),
+        (
+            'invalid dsn: missing "=" after "host=db password=s3cret x" in connection info',
+            'invalid dsn: missing "=" after "host=db password=*** x" in connection info',
+        ),
+        (
+            "connection to postgresql://app:s3cret@db/shop failed: password authentication "
+            "failed for user app",
+            "connection to postgresql://app:***@db/shop failed: password authentication "
+            "failed for user app",
+        ),
+        ("nothing secret here", "nothing secret here"),
+    ],
+)
+def test_messages_mask_every_secret_in_them(message: str, shown: str) -> None:
+    assert mask_secrets(message) == shown

@@ -66,7 +66,7 @@ async def finish_reshard(name: str, redis: Any = None, *, prefix: str = "dq") ->
         for reply in await conn.many(calls):
             if isinstance(reply, Exception):
                 raise reply
-            left += protocol.stats_from_reply(name, reply).total
+            left += protocol.parse_stats(reply).total
         if left:
             raise ConfigError(
                 f"queue {name!r}: {left} task(s) still in the previous layout "

@@ -39,6 +39,13 @@ def validate_name(name: object) -> str:
     return name
 
 
+def check_prefix(prefix: object) -> str:
+    """Return ``prefix`` if it can start key names, else raise :class:`ConfigError`."""
+    if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
+        raise ConfigError(f"invalid key prefix {prefix!r}")
+    return prefix
+
+
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
     """The key names of one queue, all under the hash tag ``{name}`` (one cluster slot)."""
@@ -51,8 +58,7 @@ class QueueKeys:
 
     def __post_init__(self) -> None:
         validate_name(self.name)
-        if not isinstance(self.prefix, str) or not _PREFIX.fullmatch(self.prefix):
-            raise ConfigError(f"invalid key prefix {self.prefix!r}")
+        check_prefix(self.prefix)
 
     def key(self, role: str) -> str:
         """The full key name of ``role`` (one of :data:`KEY_ROLES`)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import enum
 import itertools
 import math
 import os
@@ -14,10 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
-from ..exceptions import ConfigError, InvalidTaskError, ServerError
-from .models import Backoff, DedupMode, Stats, to_datetime
+from ..exceptions import InvalidTaskError, ServerError
+from .models import DedupMode, Stats, to_datetime
 from .text import utf8_safe
-from .timing import duration_ms
 
 # Base64 re-lettered with an ASCII-sorted alphabet, so ids sort like the numbers they encode:
 # same-millisecond ties among one process's tasks come out in offer order.
@@ -227,36 +227,6 @@ class Policy:
     backoff: Any  # models.Backoff
     housekeeping: int = 100
 
-    def overridden(
-        self,
-        queue: str,
-        visibility_timeout: Any = None,
-        max_attempts: Any = None,
-        retry_backoff: Any = None,
-    ) -> Policy:
-        """This policy with the settings given (None: kept); ConfigError for a bad one."""
-        lease_ms, attempts, backoff = self.lease_ms, self.max_attempts, self.backoff
-        if visibility_timeout is not None:
-            if lease_ms == 0:
-                raise ConfigError(f"queue {queue!r} is at-most-once: it has no lease to time")
-            try:
-                lease_ms = duration_ms(visibility_timeout, "visibility_timeout", allow_zero=False)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from exc
-        if max_attempts is not None:
-            if (
-                not isinstance(max_attempts, int)
-                or isinstance(max_attempts, bool)
-                or max_attempts < 1
-            ):
-                raise ConfigError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
-            attempts = max_attempts
-        if retry_backoff is not None:
-            if not isinstance(retry_backoff, Backoff):
-                raise ConfigError(f"retry_backoff must be a Backoff, got {retry_backoff!r}")
-            backoff = retry_backoff
-        return dataclasses.replace(self, lease_ms=lease_ms, max_attempts=attempts, backoff=backoff)
-
 
 def fetch_args(policy: Policy, count: int, keep_ms: int) -> list[Any]:
     """Arguments of a fetch call; its nonce (args[2]) also names the call's receipt key."""
@@ -327,7 +297,32 @@ def parse_info(reply: Sequence[Any]) -> InfoReply:
     )
 
 
-def parse_stats(reply: Sequence[Any]) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class StatsReply:
+    """The stats script's reply (stats.lua): counts per state, times and counters."""
+
+    now_ms: int
+    delayed: int
+    ready: int
+    inflight: int
+    dead: int
+    overdue: int
+    oldest_due_ms: int | None  # the due time of the oldest task waiting to be taken
+    next_due_ms: int | None
+    counters: dict[str, int]
+    lateness: dict[float, int]  # bucket upper bound in seconds (last: math.inf) -> count
+    lateness_sum: float  # seconds
+    seen_ms: int | None  # when a consumer last fetched
+
+    @property
+    def total(self) -> int:
+        """Tasks stored in any state."""
+        return self.delayed + self.ready + self.inflight + self.dead
+
+
+def parse_stats(reply: Sequence[Any]) -> StatsReply:
+    # The counters hash follows the fixed fields; the fetch script keeps the lateness
+    # histogram and the consumer's last look in it under reserved names.
     counters: dict[str, int] = {}
     lateness = dict.fromkeys((*(ms / 1000 for ms in LATENESS_BUCKETS_MS), math.inf), 0)
     lateness_sum_ms, seen_ms = 0, None
@@ -342,46 +337,56 @@ def parse_stats(reply: Sequence[Any]) -> dict[str, Any]:
             lateness[math.inf if bound == "inf" else int(bound) / 1000] = value
         else:
             counters[field] = value
-    oldest, next_due = int(reply[6]), int(reply[7])
-    return {
-        "lateness": lateness,
-        "lateness_sum": lateness_sum_ms / 1000,
-        "seen_ms": seen_ms,
-        "now_ms": int(reply[0]),
-        "delayed": int(reply[1]),
-        "ready": int(reply[2]),
-        "inflight": int(reply[3]),
-        "dead": int(reply[4]),
-        "overdue": int(reply[5]),
-        "oldest_due_ms": None if oldest < 0 else oldest,
-        "next_due_ms": None if next_due < 0 else next_due,
-        "counters": counters,
-    }
+    now_ms, delayed, ready, inflight, dead, overdue, oldest, next_due = map(int, reply[:8])
+    return StatsReply(
+        now_ms=now_ms,
+        delayed=delayed,
+        ready=ready,
+        inflight=inflight,
+        dead=dead,
+        overdue=overdue,
+        oldest_due_ms=None if oldest < 0 else oldest,
+        next_due_ms=None if next_due < 0 else next_due,
+        counters=counters,
+        lateness=lateness,
+        lateness_sum=lateness_sum_ms / 1000,
+        seen_ms=seen_ms,
+    )
 
 
 def stats_from_reply(name: str, reply: Sequence[Any]) -> Stats:
     """The :class:`Stats` of queue ``name`` from one reply of the ``stats`` script."""
     raw = parse_stats(reply)
-    oldest = raw["oldest_due_ms"]
+    oldest = raw.oldest_due_ms
     return Stats(
         queue=name,
-        delayed=raw["delayed"],
-        ready=raw["ready"],
-        inflight=raw["inflight"],
-        dead=raw["dead"],
-        overdue=raw["overdue"],
-        oldest_overdue_age=0.0 if oldest is None else (raw["now_ms"] - oldest) / 1000,
-        next_due_at=to_datetime(raw["next_due_ms"]),
-        counters=raw["counters"],
-        lateness=raw["lateness"],
-        lateness_sum=raw["lateness_sum"],
-        consumer_seen_at=to_datetime(raw["seen_ms"]),
+        delayed=raw.delayed,
+        ready=raw.ready,
+        inflight=raw.inflight,
+        dead=raw.dead,
+        overdue=raw.overdue,
+        oldest_overdue_age=0.0 if oldest is None else (raw.now_ms - oldest) / 1000,
+        next_due_at=to_datetime(raw.next_due_ms),
+        counters=raw.counters,
+        lateness=raw.lateness,
+        lateness_sum=raw.lateness_sum,
+        consumer_seen_at=to_datetime(raw.seen_ms),
     )
 
 
-def parse_dead(reply: Sequence[Any]) -> list[tuple[str, int, int, str | None, bytes]]:
+class DeadRow(NamedTuple):
+    """One dead-lettered task from the dead script (dead.lua)."""
+
+    id: str
+    dead_ms: int  # time of death, epoch ms
+    attempts: int
+    error: str | None
+    envelope: bytes  # b"" when none is stored
+
+
+def parse_dead(reply: Sequence[Any]) -> list[DeadRow]:
     return [
-        (
+        DeadRow(
             _id(reply[i]),
             int(reply[i + 1]),
             int(reply[i + 2]),
@@ -390,6 +395,99 @@ def parse_dead(reply: Sequence[Any]) -> list[tuple[str, int, int, str | None, by
         )
         for i in range(0, len(reply), 5)
     ]
+
+
+class TaskRow(NamedTuple):
+    """One task of a page from the tasks script (tasks.lua)."""
+
+    id: str
+    score_ms: int  # by state: due time, lease expiry or time of death (epoch ms)
+    attempts: int
+    envelope: bytes  # b"" when none is stored
+    error: str | None
+    expires_ms: int | None  # ttl deadline
+
+
+def parse_tasks(reply: Sequence[Any]) -> list[TaskRow]:
+    """The tasks of a page (the reply's first entry, the server's time, is not needed)."""
+    return [
+        TaskRow(
+            _id(reply[i]),
+            int(float(reply[i + 1])) // 10,  # score = ms * 10 + slot (see _lib.lua)
+            int(reply[i + 2]),
+            bytes(reply[i + 3]),
+            _text(reply[i + 4]) or None,
+            int(float(reply[i + 5])) if reply[i + 5] else None,
+        )
+        for i in range(1, len(reply), 6)
+    ]
+
+
+def parse_statuses(reply: Sequence[Any]) -> list[bool]:
+    """One status per task, 1 or 0: the ack script's (acked, or the lease was lost) and the
+    cancel script's (cancelled, or the task was not waiting)."""
+    return [int(status) != 0 for status in reply]
+
+
+parse_ack = parse_cancel = parse_statuses
+
+
+class Rescheduled(NamedTuple):
+    """The reschedule script's reply (reschedule.lua)."""
+
+    moved: bool  # False: the task is not waiting
+    ms: int  # its new due time when moved, else the server's time
+
+
+def parse_reschedule(reply: Sequence[Any]) -> Rescheduled:
+    return Rescheduled(int(reply[0]) == 1, int(reply[1]))
+
+
+class Requeued(NamedTuple):
+    """The requeue script's reply (requeue.lua)."""
+
+    requeued: int
+    examined: int  # dead tasks looked at; fewer than the limit: none left after them
+
+
+def parse_requeue(reply: Sequence[Any]) -> Requeued:
+    return Requeued(int(reply[0]), int(reply[1]))
+
+
+def parse_purge(reply: Sequence[Any]) -> int:
+    """Tasks deleted by one purge call (purge.lua); fewer than its limit: none are left."""
+    return int(reply[0])
+
+
+class NackStatus(enum.IntEnum):
+    """The nack script's status (nack.lua)."""
+
+    LEASE_LOST = 0
+    SCHEDULED = 1  # to be delivered again
+    DEAD = 2  # dead-lettered
+    RESENT = 3  # this token already gave the task back: a resent call, done before
+
+
+class Nacked(NamedTuple):
+    """The nack script's reply: what became of the task, and when (epoch ms)."""
+
+    status: NackStatus
+    ms: int  # the new due time when scheduled again, else the server's time
+
+    @property
+    def held(self) -> bool:
+        """The caller still held the lease: the give-back took effect (now or before)."""
+        return self.status is not NackStatus.LEASE_LOST
+
+
+def parse_nack(reply: Sequence[Any]) -> Nacked:
+    return Nacked(NackStatus(int(reply[0])), int(reply[1]))
+
+
+def parse_extend(reply: Any) -> int | None:
+    """The lease's new expiry (epoch ms) from the extend script, None if the lease is lost."""
+    expiry = int(reply)
+    return None if expiry < 0 else expiry
 
 
 def _str(value: Any) -> str:

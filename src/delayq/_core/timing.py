@@ -1,8 +1,10 @@
-"""Validation of delays, due times and durations; everything becomes integer milliseconds."""
+"""Validation of delays, due times and durations (everything becomes integer milliseconds),
+and durations as people type and read them."""
 
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -69,3 +71,60 @@ def due_spec(delay: object, at: object) -> tuple[str, int]:
     if at is not None:
         return "a", epoch_ms(at)
     return "d", duration_ms(0 if delay is None else delay)
+
+
+# -- durations as people type and read them ---------------------------------------------------
+
+_UNIT_S: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_NUMBER: Final = re.compile(r"\d+(?:\.\d*)?|\.\d+")  # no sign, no exponent: "1e3" is a typo
+_PART: Final = re.compile(rf"({_NUMBER.pattern})(ms|s|m|h|d)")
+_HINT: Final = "use seconds or units ms, s, m, h, d: 1.5, 250ms, 30s, 1h30m"
+# Each unit above a second, with the next smaller one shown beside it.
+_STEPS: Final = (("d", 86400, "h", 3600), ("h", 3600, "m", 60), ("m", 60, "s", 1))
+
+
+def parse_duration(text: str, what: str = "duration") -> float:
+    """Seconds from ``1.5``, ``30s``, ``5m``, ``1h30m``, ``250ms`` or ``2d`` (spaces and case
+    ignored, each unit at most once); a :class:`ValueError` saying ``not a <what>`` else."""
+    value = text.strip().replace(" ", "").lower()
+    if _NUMBER.fullmatch(value):
+        seconds = float(value)
+    else:
+        pos, seconds, seen = 0, 0.0, set()
+        for match in _PART.finditer(value):
+            if match.start() != pos or match.group(2) in seen:
+                break
+            seen.add(match.group(2))
+            seconds += float(match.group(1)) * _UNIT_S[match.group(2)]
+            pos = match.end()
+        if not value or pos != len(value):
+            reason = "must not be negative" if value.startswith("-") else _HINT
+            raise ValueError(f"not a {what}: {text!r} ({reason})")
+    if not math.isfinite(seconds):  # digits enough to overflow a float
+        raise ValueError(f"not a {what}: {text!r} (must be finite)")
+    return seconds
+
+
+def format_duration(seconds: float, *, sep: str = "", coarse: bool = False) -> str:
+    """A duration for people, its sign left to the caller (``in ...``, ``... ago``): ``250ms``,
+    ``4.2s``, ``5m03s``, ``2h05m``, ``3d04h``, the two largest units joined by ``sep``.
+    ``coarse``, for a glance: whole seconds or minutes alone, else two units with a zero
+    smaller one left out (``5s``, ``3m``, ``2h 1m``, ``1d``)."""
+    s = abs(seconds)
+    if coarse:
+        whole = int(s)
+        if whole < 60:
+            return f"{whole}s"
+        if whole < 3600:
+            return f"{whole // 60}m"
+    else:
+        if s < 1:
+            return f"{s * 1000:.0f}ms"
+        if s < 60:
+            return f"{s:.1f}s"
+        whole = int(s)
+    big, size, small, step = next(units for units in _STEPS if whole >= units[1])
+    major, minor = whole // size, whole % size // step
+    if coarse:
+        return f"{major}{big}{sep}{minor}{small}" if minor else f"{major}{big}"
+    return f"{major}{big}{sep}{minor:02d}{small}"

@@ -23,10 +23,9 @@ from types import TracebackType
 from typing import Any, Generic, Self, cast
 
 from .._core import protocol, sharding
-from .._core.codecs import PayloadT, PayloadType, check_codec
+from .._core.codecs import PayloadT
 from .._core.connection import Topology
 from .._core.durability import Durability
-from .._core.envelope import EnvelopeCodec
 from .._core.keys import QueueKeys
 from .._core.models import (
     Backoff,
@@ -46,7 +45,8 @@ from .._core.offers import (
     build_plain_offers,
     check_conflicts,
 )
-from .._core.protocol import FetchResult, OfferSpec, Policy
+from .._core.options import QueueOptions, dedup_mode, overridden_policy
+from .._core.protocol import FetchResult, OfferSpec
 from .._core.scripts import Op
 from .._core.text import printable
 from .._core.timing import Duration, due_spec, duration_ms
@@ -62,7 +62,7 @@ from ..exceptions import (
 )
 from . import backend, runner
 from .consumer import Consumer
-from .shard import Shard, ShardSettings, Watch, acked_of
+from .shard import Shard, ShardSettings, Watch
 
 log = logging.getLogger("delayq")
 
@@ -267,55 +267,27 @@ class DelayQueue(Generic[PayloadT]):
         shards: int | None = None,
         create: bool = False,
     ) -> None:
-        self._keys = QueueKeys(prefix, name)
-        if shards is not None:
-            sharding.shard_names(name, sharding.check_shards(shards))  # the name fits
-        self._shards = shards
-        self._create = create
-        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
-            raise ConfigError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
-        if not isinstance(max_payload_bytes, int) or max_payload_bytes < 1:
-            raise ConfigError(
-                f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}"
-            )
-        if not isinstance(ack, bool):
-            raise ConfigError(f"ack must be True or False, got {ack!r}")
-        if not isinstance(create, bool):
-            raise ConfigError(f"create must be True or False, got {create!r}")
-        if (
-            isinstance(fetch_ahead, bool)
-            or not isinstance(fetch_ahead, int)
-            or not 0 <= fetch_ahead <= 100
-        ):
-            raise ConfigError(f"fetch_ahead must be an int from 0 to 100, got {fetch_ahead!r}")
-        self._fetch_ahead = fetch_ahead
-        try:
-            self._dedup = DedupMode(dedup)
-            lease_ms = duration_ms(visibility_timeout, "visibility_timeout", allow_zero=False)
-            self._safety_s = (
-                duration_ms(safety_interval, "safety_interval", allow_zero=False) / 1000
-            )
-            reconnect_s = (
-                None
-                if reconnect_timeout is None
-                else duration_ms(reconnect_timeout, "reconnect_timeout") / 1000
-            )
-            self._overdue_ms = duration_ms(overdue_after, "overdue_after")
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
-        self._codec = EnvelopeCodec(
-            check_codec(codec),
-            PayloadType(payload_type) if payload_type is not None else None,
-            max_payload_bytes,
-        )
-        self._policy = Policy(lease_ms if ack else 0, max_attempts, retry_backoff or Backoff())
-        if durability is not None and not isinstance(durability, Durability):
-            raise ConfigError(f"durability must be a Durability, got {durability!r}")
-        self._durability = durability
+        options = QueueOptions.of(
+            codec=codec, payload_type=payload_type, visibility_timeout=visibility_timeout,
+            max_attempts=max_attempts, retry_backoff=retry_backoff, ack=ack, dedup=dedup,
+            safety_interval=safety_interval, reconnect_timeout=reconnect_timeout,
+            max_payload_bytes=max_payload_bytes, overdue_after=overdue_after, prefix=prefix,
+            durability=durability, fetch_ahead=fetch_ahead, shards=shards, create=create,
+        )  # fmt: skip
+        self._keys = options.keys(name)
+        self._shards = options.shards
+        self._create = options.create
+        self._fetch_ahead = options.fetch_ahead
+        self._dedup = options.dedup
+        self._safety_s = options.safety_s
+        self._overdue_ms = options.overdue_ms
+        self._codec = options.codec
+        self._policy = options.policy
+        self._durability = durability = options.durability
         conn = runner.connect(
             redis,
             f"delayq:{name}",
-            reconnect_s,
+            options.reconnect_s,
             label=name,
             wait_s=durability.timeout if durability else 0.0,
         )
@@ -331,7 +303,7 @@ class DelayQueue(Generic[PayloadT]):
         )
         self._runner = conn
         if self._shared.sharded_channel:
-            self._keys = QueueKeys(prefix, name, sharded_channel=True)
+            self._keys = options.keys(name, sharded_channel=True)
         self._watches: dict[str, Watch] = {}
         self._turn = 0  # the shard a consumer looks at first, taken in turn
         self._closed = False
@@ -384,7 +356,9 @@ class DelayQueue(Generic[PayloadT]):
         """A view of this queue that hands tasks out with these lease and retry settings (the
         others kept); this queue is left as it was. The view shares its connections: closing
         it closes only the view, closing this queue closes both."""
-        policy = self._policy.overridden(self.name, visibility_timeout, max_attempts, retry_backoff)
+        policy = overridden_policy(
+            self._policy, self.name, visibility_timeout, max_attempts, retry_backoff
+        )
         view = copy.copy(self)
         view._policy = policy
         view._base = self._base or self
@@ -726,10 +700,7 @@ class DelayQueue(Generic[PayloadT]):
         return regrouped
 
     def _offer_mode(self, dedup: str | None) -> DedupMode:
-        try:
-            return self._dedup if dedup is None else DedupMode(dedup)
-        except ValueError as exc:
-            raise ConfigError(f"dedup must be 'keep' or 'replace', got {dedup!r}") from exc
+        return self._dedup if dedup is None else dedup_mode(dedup)
 
     def cancel(self, task_id: str) -> bool:
         """Remove a task that is still waiting; True if it was delayed or ready and is gone."""
@@ -1066,7 +1037,7 @@ class DelayQueue(Generic[PayloadT]):
                     batches.append(group[start : start + protocol.MAX_BATCH])
             acked = {}
             for batch, reply in zip(batches, self._many(calls), strict=True):
-                acked.update(zip(map(id, batch), acked_of(reply), strict=True))
+                acked.update(zip(map(id, batch), protocol.parse_ack(reply), strict=True))
         return _settled(tasks, [acked[id(t)] for t in leased])
 
     def nack(self, task: Task, delay: Duration | None = None) -> None:
@@ -1105,7 +1076,7 @@ class DelayQueue(Generic[PayloadT]):
         shard = self._shard_of(task)
         self._check_open()
         expiry = shard.extend(task.id, task.lease_token, ms)
-        if expiry < 0:
+        if expiry is None:
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
         return to_datetime(expiry)  # type: ignore[return-value]
 

@@ -67,7 +67,7 @@ def finish_reshard(name: str, redis: Any = None, *, prefix: str = "dq") -> str:
         for reply in conn.many(calls):
             if isinstance(reply, Exception):
                 raise reply
-            left += protocol.stats_from_reply(name, reply).total
+            left += protocol.parse_stats(reply).total
         if left:
             raise ConfigError(
                 f"queue {name!r}: {left} task(s) still in the previous layout "

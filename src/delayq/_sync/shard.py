@@ -254,10 +254,12 @@ class Shard:
         reply = self.run(
             Op.CANCEL, [self._settings.receipt_ms, task_id], keys=(*self._key_list, receipt)
         )
-        return bool(int(reply[0]))
+        (cancelled,) = protocol.parse_cancel(reply)
+        return cancelled
 
     def reschedule(self, task_id: str, kind: str, value: Any) -> bool:
-        return bool(int((self.run(Op.RESCHEDULE, [task_id, kind, value]))[0]))
+        reply = self.run(Op.RESCHEDULE, [task_id, kind, value])
+        return protocol.parse_reschedule(reply).moved
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -333,35 +335,34 @@ class Shard:
 
     def requeue_dead(self, task_id: str | None) -> int:
         if task_id is not None:
-            return int((self.run(Op.REQUEUE, [1, 0, task_id]))[0])
+            return protocol.parse_requeue(self.run(Op.REQUEUE, [1, 0, task_id])).requeued
         total, offset, batch = 0, 0, 1000
         while True:
-            reply = self.run(Op.REQUEUE, [batch, offset])
-            moved, examined = int(reply[0]), int(reply[1])
+            moved, examined = protocol.parse_requeue(self.run(Op.REQUEUE, [batch, offset]))
             total += moved
             offset += examined - moved  # the ones left dead stay at the front
             if examined < batch:
                 return total
 
     def tasks(self, state: TaskState, offset: int, limit: int) -> list[TaskInfo]:
-        reply = self.run(Op.TASKS, [state.value, offset, limit])
+        rows = protocol.parse_tasks(self.run(Op.TASKS, [state.value, offset, limit]))
         return [
             self.task_info(
-                bytes(reply[i]).decode("utf-8", "surrogateescape"),  # as fetch reads ids
+                row.id,
                 state,
-                int(float(reply[i + 1])) // 10,
-                int(reply[i + 2]),
-                bytes(reply[i + 3]),
-                bytes(reply[i + 4]).decode(errors="replace") or None,
-                int(float(reply[i + 5])) if reply[i + 5] else None,
+                row.score_ms,
+                row.attempts,
+                row.envelope,
+                row.error,
+                row.expires_ms,
             )
-            for i in range(1, len(reply), 6)
+            for row in rows
         ]
 
     def purge(self, wanted: Sequence[str]) -> int:
         total, batch = 0, 1000
         while True:
-            deleted = int((self.run(Op.PURGE, [batch, *wanted]))[0])
+            deleted = protocol.parse_purge(self.run(Op.PURGE, [batch, *wanted]))
             total += deleted
             if deleted < batch:
                 return total
@@ -445,7 +446,7 @@ class Shard:
                 (reply,) = self.write(Op.ACK, [args], args[1::2], keys=keys)
             else:
                 reply = self.run(Op.ACK, args, keys=keys)
-            acked += acked_of(reply)
+            acked += protocol.parse_ack(reply)
         return acked
 
     def give_back(
@@ -453,13 +454,8 @@ class Shard:
     ) -> bool:
         """Retry, release or dead-letter a leased task; False if the lease was lost."""
         args = protocol.nack_args(policy, task_id, token, outcome, delay_ms, error)
-        return int((self.run(Op.NACK, args))[0]) != 0
+        return protocol.parse_nack(self.run(Op.NACK, args)).held
 
-    def extend(self, task_id: str, token: str, ms: int) -> int:
-        """Keep a lease ``ms`` longer; the new expiry (epoch ms), negative if it was lost."""
-        return int(self.run(Op.EXTEND, [task_id, token, ms]))
-
-
-def acked_of(reply: Sequence[Any]) -> list[bool]:
-    """An ack script's reply: True where the task was acked, False where its lease was lost."""
-    return [int(status) != 0 for status in reply]
+    def extend(self, task_id: str, token: str, ms: int) -> int | None:
+        """Keep a lease ``ms`` longer; the new expiry (epoch ms), None if it was lost."""
+        return protocol.parse_extend(self.run(Op.EXTEND, [task_id, token, ms]))

@@ -17,6 +17,7 @@ from typing import Any
 
 from .._core.handling import Counters, Outcome, Verdict, WorkerHealth, describe
 from .._core.text import printable, utf8_safe
+from .._core.timing import format_duration
 from ..exceptions import ConfigError, WorkerFailed
 from ..metrics._base import NOOP, WorkerRecorder
 from .ledger import Ledger, Pace
@@ -148,7 +149,7 @@ def health_of(
     elif state != "running":
         reason = f"the worker is {state}"
     elif since_fetch >= stale_after:
-        reason = f"no fetch for {since_fetch:.1f}s"
+        reason = f"no fetch for {format_duration(since_fetch)}"
     return WorkerHealth(
         state=state,
         alive=reason is None,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -25,7 +24,7 @@ from .. import DelayqError, DelayQueue
 from .._core import sharding
 from .._core.keys import KEY_ROLES, QueueKeys
 from .._core.text import printable
-from .._core.urls import safe_url
+from .._core.urls import mask_secrets, safe_url
 from .._sync import backend, runner
 from ..exceptions import ConfigError
 from . import parse
@@ -251,14 +250,10 @@ def invoke(command: Any, args: list[str]) -> int:
         return fail(f"unexpected {type(exc).__name__}: {exc} (DELAYQ_DEBUG=1 for details)", 1)
 
 
-# Anything shaped like a URL in a message (from our own text or a library's).
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S+")
-
-
 def fail(message: str, code: int) -> int:
-    """Print ``message`` as one ``error:`` line: URLs masked (no password, in whatever form)
-    and control characters escaped (the text may quote data from Redis)."""
-    text = _URL.sub(lambda m: safe_url(m.group()), " ".join(message.split()))
+    """Print ``message`` as one ``error:`` line: passwords masked (in URLs of every form and
+    in connection strings) and control characters escaped (the text may quote Redis data)."""
+    text = mask_secrets(" ".join(message.split()))  # from our own text or a library's
     sys.stderr.write(f"error: {printable(text)}\n")
     sys.stderr.flush()
     return code

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from .._core.timing import format_duration
 from .common import CliError
 
 if TYPE_CHECKING:
@@ -77,10 +78,10 @@ def status_json(st: Any) -> dict[str, Any]:
 
 def status_lines(st: Any) -> list[str]:
     """The outbox's status as plain lines (``delayq outbox status``)."""
-    age = "-" if st.oldest_pending_age is None else f"{st.oldest_pending_age:.3f}s"
+    age = "-" if st.oldest_pending_age is None else format_duration(st.oldest_pending_age)
     lines = [f"outbox: {st.pending} pending, {st.dead} dead, oldest pending {age}"]
     for q in st.queues:
-        q_age = "-" if q.oldest_pending_age is None else f"{q.oldest_pending_age:.3f}s"
+        q_age = "-" if q.oldest_pending_age is None else format_duration(q.oldest_pending_age)
         lines.append(f"  {q.prefix}:{q.queue}  pending {q.pending}  dead {q.dead}  oldest {q_age}")
     return lines
 

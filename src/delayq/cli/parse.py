@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import importlib
 import json
-import math
 import re
 import sys
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)")
-_NUMBER = re.compile(r"\d+(?:\.\d*)?|\.\d+")
+from .._core.timing import parse_duration
+
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
@@ -23,25 +21,10 @@ class BadValue(ValueError):
 
 def duration(text: str, option: str) -> float:
     """Seconds from ``1.5``, ``30s``, ``5m``, ``1h30m``, ``250ms`` or ``2d``."""
-    value = text.strip().replace(" ", "").lower()
-    hint = "use seconds (1.5) or units ms, s, m, h, d (250ms, 30s, 1h30m)"
-    if _NUMBER.fullmatch(value):
-        seconds = float(value)
-    else:
-        pos, seconds, seen = 0, 0.0, set()
-        for match in _PART.finditer(value):
-            if match.start() != pos or match.group(2) in seen:
-                break
-            seen.add(match.group(2))
-            seconds += float(match.group(1)) * _UNITS[match.group(2)]
-            pos = match.end()
-        if not value or pos != len(value):
-            if value.startswith("-"):
-                raise BadValue(f"{option} must not be negative, got {text!r}")
-            raise BadValue(f"{option}: {text!r} is not a duration; {hint}")
-    if not math.isfinite(seconds):
-        raise BadValue(f"{option}: {text!r} is not a finite duration")
-    return seconds
+    try:
+        return parse_duration(text, f"duration for {option}")
+    except ValueError as exc:
+        raise BadValue(str(exc)) from None
 
 
 def timestamp(text: str, option: str = "--at") -> datetime:

@@ -32,6 +32,7 @@ from rich.text import Text
 from .._core.errors_text import error_summary
 from .._core.models import DeadTask, Stats, TaskInfo
 from .._core.text import printable
+from .._core.timing import format_duration
 
 # -- JSON ------------------------------------------------------------------------------------
 
@@ -157,29 +158,12 @@ def preview(value: Any, width: int = 60) -> str:
 # -- times -----------------------------------------------------------------------------------
 
 
-def span(seconds: float) -> str:
-    """A short human duration: 250ms, 4.2s, 5m03s, 2h05m, 3d04h."""
-    seconds = abs(seconds)
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
-
-
 def relative(moment: datetime | None) -> str:
     """``in 5m03s`` or ``4.2s ago``, by this machine's clock."""
     if moment is None:
         return "-"
     delta = moment.timestamp() - time.time()
-    return f"in {span(delta)}" if delta >= 0 else f"{span(delta)} ago"
+    return f"in {format_duration(delta)}" if delta >= 0 else f"{format_duration(delta)} ago"
 
 
 def when(moment: datetime | None) -> str:
@@ -245,7 +229,7 @@ def stats_table(rows: Sequence[Stats], title: str | None = None, width: int = 20
             str(s.inflight),
             _count(s.dead, "red"),
             _count(s.overdue, "yellow"),
-            span(s.oldest_overdue_age) if s.oldest_overdue_age > 0 else "-",
+            format_duration(s.oldest_overdue_age) if s.oldest_overdue_age > 0 else "-",
             relative(s.next_due_at),
         ]
         counts = safe(_counters(s))
@@ -271,7 +255,7 @@ def stats_lines(rows: Sequence[Stats]) -> list[str]:
                 str(s.inflight),
                 str(s.dead),
                 str(s.overdue),
-                span(s.oldest_overdue_age) if s.oldest_overdue_age > 0 else "-",
+                format_duration(s.oldest_overdue_age) if s.oldest_overdue_age > 0 else "-",
                 relative(s.next_due_at),
                 printable(_counters(s)),
             ]

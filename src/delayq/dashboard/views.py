@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,41 +12,18 @@ from urllib.parse import quote
 
 from .. import AsyncDelayQueue
 from .._core.text import printable
-from .._core.urls import safe_url
-
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)(ms|s|m|h|d))+")
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+from .._core.timing import format_duration, parse_duration
+from .._core.urls import mask_secrets
 
 
 def parse_delay(text: str) -> float:
     """Seconds from ``90``, ``30s``, ``5m``, ``1h30m``, ``250ms`` or ``2d``; ValueError else."""
-    value = text.strip().replace(" ", "").lower()
-    try:
-        seconds = float(value)
-    except ValueError:
-        if not _DURATION.fullmatch(value):
-            raise ValueError(f"not a delay: {text!r} (use 90, 30s, 5m, 1h30m)") from None
-        seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(value))
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"not a delay: {text!r} (must be >= 0)")
-    return seconds
+    return parse_duration(text, "delay")
 
 
 def duration(seconds: float | None) -> str:
     """``1h 02m``, ``3m 05s``, ``4.2s``, ``15ms``."""
-    if seconds is None:
-        return "-"
-    s = abs(seconds)
-    if s < 1:
-        return f"{s * 1000:.0f}ms"
-    if s < 60:
-        return f"{s:.1f}s"
-    if s < 3600:
-        return f"{int(s // 60)}m {int(s % 60):02d}s"
-    if s < 86400:
-        return f"{int(s // 3600)}h {int(s % 3600 // 60):02d}m"
-    return f"{int(s // 86400)}d {int(s % 86400 // 3600):02d}h"
+    return "-" if seconds is None else format_duration(seconds, sep=" ")
 
 
 def relative(when: datetime | None, now: datetime) -> str:
@@ -59,17 +34,6 @@ def relative(when: datetime | None, now: datetime) -> str:
     return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
 
 
-def _coarse(seconds: float) -> str:
-    s = int(abs(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m"
-    if s < 86400:
-        return f"{s // 3600}h {s % 3600 // 60}m" if s % 3600 >= 60 else f"{s // 3600}h"
-    return f"{s // 86400}d {s % 86400 // 3600}h" if s % 86400 >= 3600 else f"{s // 86400}d"
-
-
 def ago(when: datetime | None, now: datetime) -> str:
     """``in 3m``, ``5s ago``, ``now``: how a person reads a time at a glance (the exact time
     goes in the element's title)."""
@@ -78,7 +42,8 @@ def ago(when: datetime | None, now: datetime) -> str:
     delta = (when - now).total_seconds()
     if abs(delta) < 1:
         return "now"
-    return f"in {_coarse(delta)}" if delta > 0 else f"{_coarse(delta)} ago"
+    glance = format_duration(delta, sep=" ", coarse=True)
+    return f"in {glance}" if delta > 0 else f"{glance} ago"
 
 
 def iso(when: datetime | None) -> str:
@@ -173,12 +138,9 @@ def error_line(error: str | None, limit: int = 160) -> str:
     return text(lines[-1].strip() if lines else "", limit)
 
 
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>]+")
-
-
 def masked(message: object) -> str:
-    """An error message with every URL in it passed through ``safe_url`` (no password)."""
-    return printable(_URL.sub(lambda m: safe_url(m.group()), str(message)))
+    """An error message with its passwords masked (in URLs or not), safe to show."""
+    return printable(mask_secrets(str(message)))
 
 
 def quote_all(value: object) -> str:

@@ -25,6 +25,7 @@ from typing import Any, Final
 from .._async.queue import AsyncDelayQueue
 from .._core.models import DedupMode
 from .._core.protocol import OfferSpec
+from .._core.urls import mask_secrets
 from ..exceptions import ConfigError, DelayqError, InvalidTaskError, RedisUnavailable, ServerError
 from ._conn import require_psycopg
 from ._rows import Claimed, check_row
@@ -143,7 +144,9 @@ class AsyncRelay:
                 except self._psycopg.Error as exc:
                     self.stats.database_errors += 1
                     log.warning(
-                        "outbox relay: PostgreSQL: %s; again in %.2fs", exc, self._db_backoff
+                        "outbox relay: PostgreSQL: %s; again in %.2fs",
+                        mask_secrets(str(exc)),  # a driver may quote part of the DSN
+                        self._db_backoff,
                     )
                 except Exception:  # a bug must not end the relay: rows wait, it retries
                     self.stats.database_errors += 1

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from .._core.codecs import PayloadType, check_codec, load_json, load_msgpack
+from .._core.codecs import load_json, load_msgpack
 from .._core.envelope import BARE, EnvelopeCodec
 from .._core.keys import QueueKeys
 from .._core.models import DedupMode
 from .._core.offers import Offer, build_offer
+from .._core.options import QueueOptions, dedup_mode
 from .._core.protocol import OfferSpec, check_id, new_task_id
 from .._core.timing import MAX_DELAY_MS, Duration, due_spec
 from ..exceptions import ConfigError, DecodeError, InvalidTaskError
@@ -39,28 +40,34 @@ class QueueFormat:
     max_payload_bytes: int = 1 << 20
     dedup: str = "keep"
 
+    def options(self, prefix: str = "dq") -> QueueOptions:
+        """These options checked as a queue checks its own (:class:`ConfigError`)."""
+        return QueueOptions.of(
+            codec=self.codec,
+            payload_type=self.payload_type,
+            max_payload_bytes=self.max_payload_bytes,
+            dedup=self.dedup,
+            prefix=prefix,
+        )
+
     def envelope_codec(self) -> EnvelopeCodec:
-        if not isinstance(self.max_payload_bytes, int) or self.max_payload_bytes < 1:
-            raise ConfigError(
-                f"max_payload_bytes must be a positive int, got {self.max_payload_bytes!r}"
-            )
-        payload_type = PayloadType(self.payload_type) if self.payload_type is not None else None
-        return EnvelopeCodec(check_codec(self.codec), payload_type, self.max_payload_bytes)
+        return self.options().codec
 
 
 class Formats:
     """The codec of each queue an outbox writes to (default: :class:`QueueFormat()`)."""
 
     def __init__(self, prefix: str, queues: Mapping[str, QueueFormat] | None) -> None:
-        QueueKeys(prefix, "q")  # validates the prefix
+        default = QueueFormat().options(prefix)  # validates the prefix
         self.prefix = prefix
-        self._default = (QueueFormat().envelope_codec(), DedupMode.KEEP)
+        self._default = (default.codec, default.dedup)
         self._codecs: dict[str, tuple[EnvelopeCodec, DedupMode]] = {}
         for name, fmt in (queues or {}).items():
             QueueKeys(prefix, name)
             if not isinstance(fmt, QueueFormat):
                 raise ConfigError(f"queues[{name!r}] must be a QueueFormat, not {fmt!r}")
-            self._codecs[name] = (fmt.envelope_codec(), _dedup(fmt.dedup))
+            options = fmt.options(prefix)
+            self._codecs[name] = (options.codec, options.dedup)
 
     def of(self, queue: str) -> tuple[EnvelopeCodec, DedupMode]:
         found = self._codecs.get(queue)
@@ -68,12 +75,6 @@ class Formats:
             QueueKeys(self.prefix, queue)  # a name Redis keys cannot hold fails here
             return self._default
         return found
-
-
-def _dedup(value: object) -> DedupMode:
-    if not isinstance(value, str) or value not in ("keep", "replace"):
-        raise ConfigError(f"dedup must be 'keep' or 'replace', got {value!r}")
-    return DedupMode(value)
 
 
 def offer_row(
@@ -93,7 +94,7 @@ def offer_row(
 ) -> dict[str, Any]:
     """The parameters of an offer row; raises :class:`InvalidTaskError` on bad input."""
     codec, default_dedup = formats.of(queue)
-    mode = default_dedup if dedup is None else _dedup(dedup)
+    mode = default_dedup if dedup is None else dedup_mode(dedup)
     offer = Offer(payload, delay, at, key, id, priority, headers, ttl, key_ttl)
     spec = build_offer(codec, offer, new_task_id())
     return {
