@@ -319,7 +319,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
             f"delayq:{name}",
             reconnect_s,
             label=name,
-            wait_s=durability.timeout if durability else 0.0,
+            wait_s=durability.timeout_s if durability else 0.0,
         )
         # How long a call's receipt lives, so that a resend is answered from it: longer than
         # any retry of ours (reconnect_timeout) plus redis-py's own.
