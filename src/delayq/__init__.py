@@ -17,7 +17,7 @@ from ._core.models import (
 from ._core.offers import Offer, OfferOutcome, TaskId
 from ._sync.queue import DelayQueue, Task
 from ._workers.async_worker import AsyncWorker
-from ._workers.background import AsyncBackgroundWorker, BackgroundWorker, listen
+from ._workers.background import AsyncBackgroundWorker, BackgroundWorker
 from ._workers.common import Hooks
 from ._workers.thread_worker import Worker
 from .exceptions import (
@@ -83,5 +83,4 @@ __all__ = [
     "Worker",
     "WorkerFailed",
     "WorkerHealth",
-    "listen",
 ]
