@@ -14,7 +14,7 @@ from ._core.models import (
     TaskInfo,
     TaskState,
 )
-from ._core.offers import Offer, OfferOutcome, TaskId
+from ._core.offers import Offer, OfferOptions, OfferOutcome, TaskId
 from ._sync.queue import DelayQueue, Task
 from ._workers.async_worker import AsyncWorker
 from ._workers.background import AsyncBackgroundWorker, BackgroundWorker
@@ -34,7 +34,6 @@ from .exceptions import (
     RedisUnavailable,
     ServerError,
     TaskIdConflict,
-    TaskNotFound,
     WorkerFailed,
 )
 
@@ -65,6 +64,7 @@ __all__ = [
     "LeaseLost",
     "NotDurable",
     "Offer",
+    "OfferOptions",
     "OfferOutcome",
     "PayloadTooLarge",
     "QueueClosed",
@@ -78,7 +78,6 @@ __all__ = [
     "TaskId",
     "TaskIdConflict",
     "TaskInfo",
-    "TaskNotFound",
     "TaskState",
     "Worker",
     "WorkerFailed",
