@@ -107,15 +107,6 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
-# Cycles known when this check was written, left to the code that owns them: backend.Notifier
-# imports the subscriber inside its __init__, a shim its docstring marks as transitional (the
-# queue code is to ask its runner's subscriber itself). Delete an entry once it is gone.
-KNOWN = [
-    ["delayq._async.backend", "delayq._async.subscriber"],
-    ["delayq._sync.backend", "delayq._sync.subscriber"],
-]
-
-
 def test_the_check_sees_a_cycle_through_a_function_local_import() -> None:
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": {"d"}, "f": set()}
     assert cycles(edges) == [["a", "b", "c"], ["d", "e"]]
@@ -132,9 +123,9 @@ def test_the_check_sees_a_cycle_through_a_function_local_import() -> None:
     }
 
 
-def test_delayq_has_no_new_import_cycle() -> None:
-    new = [group for group in cycles(graph()) if group not in KNOWN]
-    assert new == [], f"import cycles (the modules of each import one another): {new}"
+def test_delayq_has_no_import_cycle() -> None:
+    found = cycles(graph())
+    assert found == [], f"import cycles (the modules of each import one another): {found}"
 
 
 def test_the_workers_import_in_one_direction() -> None:
