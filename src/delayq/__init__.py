@@ -14,10 +14,10 @@ from ._core.models import (
     TaskInfo,
     TaskState,
 )
-from ._core.offers import Offer, OfferOutcome, TaskId
+from ._core.offers import Offer, OfferOptions, OfferOutcome, TaskId
 from ._sync.queue import DelayQueue, Task
 from ._workers.async_worker import AsyncWorker
-from ._workers.background import AsyncBackgroundWorker, BackgroundWorker, listen
+from ._workers.background import AsyncBackgroundWorker, BackgroundWorker
 from ._workers.common import Hooks
 from ._workers.thread_worker import Worker
 from .exceptions import (
@@ -34,7 +34,6 @@ from .exceptions import (
     RedisUnavailable,
     ServerError,
     TaskIdConflict,
-    TaskNotFound,
     WorkerFailed,
 )
 
@@ -65,6 +64,7 @@ __all__ = [
     "LeaseLost",
     "NotDurable",
     "Offer",
+    "OfferOptions",
     "OfferOutcome",
     "PayloadTooLarge",
     "QueueClosed",
@@ -78,10 +78,8 @@ __all__ = [
     "TaskId",
     "TaskIdConflict",
     "TaskInfo",
-    "TaskNotFound",
     "TaskState",
     "Worker",
     "WorkerFailed",
     "WorkerHealth",
-    "listen",
 ]

@@ -9,7 +9,6 @@
     │   ├── EncodeError (TypeError)       a payload the codec cannot encode
     │   └── PayloadTooLarge               an encoded task over the queue's size limit
     ├── DecodeError (ValueError)          a stored task that cannot be read back
-    ├── TaskNotFound (KeyError)           no task with that id
     ├── LeaseLost                         ack/nack/extend on a lease that expired or moved on
     ├── RedisUnavailable (ConnectionError) Redis did not answer within the call's time
     ├── ServerError                       Redis answered with an error (BUSY, OOM, WRONGTYPE, ...)
@@ -48,10 +47,6 @@ class PayloadTooLarge(InvalidTaskError):
 
 class DecodeError(DelayqError, ValueError):
     """A stored task cannot be decoded (corrupt bytes, unknown codec, payload type mismatch)."""
-
-
-class TaskNotFound(DelayqError, KeyError):
-    """No task with the given id exists in the queue."""
 
 
 class LeaseLost(DelayqError):

@@ -3,7 +3,7 @@
 
 from ._core.handling import Reject, Retry, WorkerHealth
 from ._workers.async_worker import AsyncWorker
-from ._workers.background import AsyncBackgroundWorker, BackgroundWorker, listen
+from ._workers.background import AsyncBackgroundWorker, BackgroundWorker
 from ._workers.common import Hooks, is_coroutine_function
 from ._workers.thread_worker import Worker
 from .exceptions import WorkerFailed
@@ -19,5 +19,4 @@ __all__ = [
     "WorkerFailed",
     "WorkerHealth",
     "is_coroutine_function",
-    "listen",
 ]

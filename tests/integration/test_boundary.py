@@ -3,7 +3,7 @@
 A worker's own ``visibility_timeout`` / ``max_attempts`` / ``retry_backoff`` apply to the tasks
 it handles and to nothing else: tasks taken from the queue object afterwards (or beside the
 worker) get the queue's own lease, attempts limit and backoff, also when the constructor
-raised. ``queue.with_policy()`` views, ``listen()``, sharded queues, and handlers of the
+raised. ``queue.with_policy()`` views, ``start_background()``, sharded queues, and handlers of the
 wrong kind (refused at construction, or run correctly), for the thread and asyncio workers
 and for the ``delayq worker`` command's choice between them.
 """
@@ -36,7 +36,6 @@ from delayq import (
     Task,
     TaskState,
     Worker,
-    listen,
 )
 from delayq.embedded import EmbeddedRedis
 
@@ -468,29 +467,28 @@ async def test_async_views_close_one_way(
         await other.offer("closed base")
 
 
-# -- listen() -------------------------------------------------------------------------------
+# -- start_background() ---------------------------------------------------------------------
 
 
 @SHARDS
-def test_listen_runs_a_thread_worker_with_its_own_options(
+def test_start_background_runs_a_thread_worker_with_its_own_options(
     make_queue: Callable[..., DelayQueue], shards: int | None
 ) -> None:
     q = make_queue(shards=shards)
     seen: list[Any] = []
-    with listen(q, lambda task: seen.append(task.payload), **WORKER_OPTIONS) as handle:
-        assert isinstance(handle.worker, Worker) and handle.running
+    worker = Worker(q, lambda task: seen.append(task.payload), **WORKER_OPTIONS)
+    with worker.start_background() as handle:
+        assert handle.worker is worker and handle.running
         q.offer("listened")
         wait_until(lambda: seen == ["listened"], timeout=10)
     assert not handle.running
     assert_queue_policy(q)
     with pytest.raises(ConfigError, match="async def"):
-        listen(q, async_noop)
-    with pytest.raises(TypeError, match="DelayQueue"):
-        listen(object(), noop)
+        Worker(q, async_noop)  # type: ignore[arg-type]
 
 
 @SHARDS
-async def test_listen_runs_an_async_worker_with_its_own_options(
+async def test_start_background_runs_an_async_worker_with_its_own_options(
     make_async_queue: Callable[..., AsyncDelayQueue], shards: int | None
 ) -> None:
     q = make_async_queue(shards=shards)
@@ -499,14 +497,14 @@ async def test_listen_runs_an_async_worker_with_its_own_options(
     async def handle(task: AsyncTask) -> None:
         seen.set()
 
-    async with listen(q, handle, **WORKER_OPTIONS) as listener:
+    async with AsyncWorker(q, handle, **WORKER_OPTIONS).start_background() as listener:
         assert isinstance(listener.worker, AsyncWorker) and listener.running
         await q.offer("listened")
         await asyncio.wait_for(seen.wait(), 10)
     assert not listener.running
     await assert_async_queue_policy(q)
     with pytest.raises(ConfigError, match="plain function"):
-        listen(q, noop)
+        AsyncWorker(q, noop)  # type: ignore[arg-type]
 
 
 # -- handlers of the wrong kind --------------------------------------------------------------

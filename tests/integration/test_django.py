@@ -11,6 +11,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -413,6 +414,8 @@ def test_on_commit_with_redis_down_loses_the_task_and_says_so(
         ({"DATABASE": "other"}, "'other', which is not in DATABASES"),
         ({"WORKER": {"concurency": 2}}, "unknown key concurency"),
         ({"PREFIX": ""}, "DELAYQ['PREFIX'] must be a non-empty string"),
+        ({"WORKER": {"grace": -1}}, "DELAYQ['WORKER']['grace']: grace must be >= 0"),
+        ({"WORKER": {"timeout": "60"}}, "DELAYQ['WORKER']['timeout']: timeout must be seconds"),
     ],
 )
 def test_bad_settings_are_named(
@@ -428,6 +431,23 @@ def test_bad_settings_are_named(
         pytest.raises(ImproperlyConfigured, match=re.escape(message)),
     ):
         delayq_settings()
+
+
+def test_worker_durations_are_seconds_or_timedeltas(project: dict[str, str]) -> None:
+    from django.test import override_settings
+
+    from delayq.contrib.django.worker import build_worker
+
+    setting = {
+        "QUEUES": {"orders": "shop.tasks.close_order"},
+        "WORKER": {"timeout": timedelta(minutes=1), "grace": timedelta(seconds=5)},
+    }
+    with override_settings(DELAYQ=setting):
+        worker, queues = build_worker(["orders"], {"visibility_timeout": timedelta(seconds=20)})
+    for queue in queues:
+        queue.close()
+    assert (worker._options.timeout, worker._options.grace) == (60.0, 5.0)
+    assert worker._queues[0].policy.visibility_timeout == 20.0
 
 
 def test_bad_queue_options_are_named(project: dict[str, str]) -> None:

@@ -37,9 +37,8 @@ def test_names_and_channel() -> None:
 def test_offer_row_is_what_the_queue_would_write() -> None:
     formats = Formats("dq", None)
     row = offer_row(
-        formats, "orders", {"n": 1}, 30, at=None, key="k", id=None, priority=3,
-        headers={"h": "v"}, ttl=None, key_ttl=None, dedup=None,
-    )  # fmt: skip
+        formats, "orders", {"n": 1}, 30, {"key": "k", "priority": 3, "headers": {"h": "v"}}
+    )
     assert (row["op"], row["due_kind"], row["due_ms"], row["dedup"]) == (
         "offer",
         "d",
@@ -53,10 +52,7 @@ def test_offer_row_is_what_the_queue_would_write() -> None:
 
 def claimed(**changes: Any) -> dict[str, Any]:
     formats = Formats("dq", {"q": QueueFormat(dedup="replace")})
-    row: dict[str, Any] = offer_row(
-        formats, "q", "x", 5, at=None, key=None, id=None, priority=0, headers=None,
-        ttl=None, key_ttl=None, dedup=None,
-    )  # fmt: skip
+    row: dict[str, Any] = offer_row(formats, "q", "x", 5, {"key": None, "dedup": None})
     row.update(seq=1, age_s=0.5, **changes)
     return row
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Literal
 
 from ..exceptions import ConfigError
+from .timing import Duration, setting_s
 
 Shortfall = Literal["raise", "warn"]
 
@@ -20,9 +21,9 @@ class Durability:
     sends ``WAIT replicas timeout`` on the connection that made the write, or, with
     ``aof=True``, ``WAITAOF 1 replicas timeout`` (Redis 7.2+ and Valkey 8: the master's and
     the replicas' append-only files fsynced). When fewer copies confirm within ``timeout``
-    seconds, the offer raises :class:`~delayq.NotDurable` (``on_shortfall="raise"``) or logs a
-    warning (``"warn"``). The write itself stands either way: offering the same id again is
-    safe.
+    (seconds or a timedelta, at most 60 s), the offer raises :class:`~delayq.NotDurable`
+    (``on_shortfall="raise"``) or logs a warning (``"warn"``). The write itself stands
+    either way: offering the same id again is safe.
 
     This covers a master that crashes after answering: a confirmed task is on a replica (or
     on disk) that a failover promotes. It does not cover a network partition in which an
@@ -32,7 +33,7 @@ class Durability:
 
     replicas: int = 1
     aof: bool = False
-    timeout: float = 1.0
+    timeout: Duration = 1.0  # seconds or a timedelta; read back as seconds
     on_shortfall: Shortfall = "raise"
     after_ack: bool = False
 
@@ -45,20 +46,22 @@ class Durability:
             raise ConfigError("a Durability with replicas=0 and aof=False waits for nothing")
         if not isinstance(self.aof, bool) or not isinstance(self.after_ack, bool):
             raise ConfigError("aof and after_ack must be True or False")
-        timeout = self.timeout
-        if (
-            not isinstance(timeout, int | float)
-            or isinstance(timeout, bool)
-            or not math.isfinite(timeout)
-            or not 0 < timeout <= 60
-        ):
-            raise ConfigError(f"timeout must be from 0 to 60 seconds (not 0), got {timeout!r}")
+        timeout = setting_s(self.timeout, "timeout", allow_zero=False)
+        if timeout > 60:
+            raise ConfigError(f"timeout must be from 0 to 60 seconds (not 0), got {self.timeout!r}")
+        object.__setattr__(self, "timeout", timeout)  # seconds from here on, equal either way
         if self.on_shortfall not in ("raise", "warn"):
             raise ConfigError(f"on_shortfall must be 'raise' or 'warn', got {self.on_shortfall!r}")
 
     @property
+    def timeout_s(self) -> float:
+        """``timeout`` in seconds (it may have been given as a timedelta)."""
+        timeout = self.timeout  # seconds once __post_init__ ran
+        return timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+
+    @property
     def timeout_ms(self) -> int:
-        return max(1, round(self.timeout * 1000))
+        return max(1, round(self.timeout_s * 1000))
 
     def commands(self) -> tuple[tuple[Any, ...], ...]:
         """The command that follows a write on its connection."""

@@ -3,16 +3,19 @@ script's statuses into what happened (:class:`TaskId`, :class:`OfferOutcome`).""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from itertools import chain, repeat
 from operator import itemgetter
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 from ..exceptions import TaskIdConflict
 from .envelope import EnvelopeCodec
+from .models import DedupMode
+from .options import dedup_mode
 from .protocol import (
     OfferSpec,
     check_headers,
@@ -109,6 +112,64 @@ def task_ids_of(
     ], statuses
 
 
+class OfferOptions(TypedDict, total=False):
+    """The keyword options of every offer, declared once: ``DelayQueue.offer`` and
+    ``AsyncDelayQueue.offer``, the outbox's ``offer`` and Django's helpers take them as
+    ``**options`` (see :meth:`DelayQueue.offer` for what each does). A wrapper of ``offer``
+    can take them the same way: ``def offer(payload, **options: Unpack[OfferOptions])``.
+
+    ``at``: an aware datetime or epoch seconds, instead of a delay. ``key``: a dedup key.
+    ``id``: the task's own id (an offer repeated with it is a no-op). ``priority``: higher
+    first among tasks due at once (0 by default). ``headers``: string metadata handed to the
+    consumer. ``ttl``: drop the task if not delivered that long after its due time.
+    ``key_ttl``: keep the key taken that long after the task completes. ``dedup``: ``"keep"``
+    or ``"replace"``, overriding the queue's. Durations are seconds or a ``timedelta``.
+    """
+
+    at: datetime | float | None
+    key: str | None
+    id: str | None
+    priority: int
+    headers: dict[str, str] | None
+    ttl: Duration | None
+    key_ttl: Duration | None
+    dedup: str | None
+
+
+OFFER_OPTIONS: Final = OfferOptions.__optional_keys__
+
+
+def check_options(options: Mapping[str, object], caller: str) -> None:
+    """Refuse a keyword that no offer takes, as Python would for a declared signature (with
+    the nearest option's name, so that a typo is no silent no-op)."""
+    for name in options:
+        if name not in OFFER_OPTIONS:
+            close = difflib.get_close_matches(name, sorted(OFFER_OPTIONS), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}{hint}")
+
+
+def check_dedup(dedup: object) -> DedupMode | None:
+    """The dedup mode an offer names (None: the queue's own); ConfigError for another value."""
+    return None if dedup is None else dedup_mode(dedup)
+
+
+def offer_of(payload: Any, delay: Duration | None, options: OfferOptions, caller: str) -> Offer:
+    """The :class:`Offer` of one call's arguments; TypeError for an unknown option."""
+    check_options(options, caller)
+    return Offer(
+        payload,
+        delay,
+        options.get("at"),
+        options.get("key"),
+        options.get("id"),
+        options.get("priority", 0),
+        options.get("headers"),
+        options.get("ttl"),
+        options.get("key_ttl"),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Offer:
     """One task for :meth:`DelayQueue.offer_many`, with the same options as ``offer``."""
@@ -122,6 +183,19 @@ class Offer:
     headers: dict[str, str] | None = None
     ttl: Duration | None = None
     key_ttl: Duration | None = None
+
+
+def is_plain(offer: Offer) -> bool:
+    """Only a payload and a delay: no key, id, due time, priority, headers or ttl."""
+    return (
+        offer.key is None
+        and offer.id is None
+        and offer.at is None
+        and offer.ttl is None
+        and offer.key_ttl is None
+        and offer.priority == 0
+        and not offer.headers
+    )
 
 
 def build_offer(codec: EnvelopeCodec, offer: Offer, new_id: str | None = None) -> OfferSpec:

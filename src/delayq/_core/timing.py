@@ -8,7 +8,7 @@ import re
 from datetime import datetime, timedelta
 from typing import Final
 
-from ..exceptions import InvalidDelay
+from ..exceptions import ConfigError, InvalidDelay
 
 MAX_DELAY_MS: Final = 100 * 365 * 24 * 3600 * 1000  # beyond a century is a unit mistake
 _EPOCH_MS_LIMIT: Final = 253402300799000  # 9999-12-31T23:59:59Z
@@ -43,6 +43,15 @@ def duration_ms(value: object, what: str = "delay", *, allow_zero: bool = True) 
     if ms > MAX_DELAY_MS:
         raise InvalidDelay(f"{what} of {value!r} is more than a century; check the unit (seconds)")
     return ms
+
+
+def setting_s(value: object, what: str, *, allow_zero: bool = True) -> float:
+    """A duration option (seconds or a timedelta, as :func:`duration_ms` takes it) as
+    seconds; a bad one is a :class:`ConfigError` naming the option ``what``."""
+    try:
+        return duration_ms(value, what, allow_zero=allow_zero) / 1000
+    except InvalidDelay as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def epoch_ms(at: object) -> int:

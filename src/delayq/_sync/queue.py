@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Generic, Self, cast
+from typing import Any, Generic, Self, Unpack, cast
 
 from .._core import protocol, sharding
 from .._core.codecs import PayloadT
@@ -39,11 +39,14 @@ from .._core.models import (
 )
 from .._core.offers import (
     Offer,
+    OfferOptions,
     TaskId,
     build_offer,
     build_plain_offer,
     build_plain_offers,
     check_conflicts,
+    is_plain,
+    offer_of,
 )
 from .._core.options import QueueOptions, dedup_mode, overridden_policy
 from .._core.protocol import FetchResult, OfferSpec
@@ -289,7 +292,7 @@ class DelayQueue(Generic[PayloadT]):
             f"delayq:{name}",
             options.reconnect_s,
             label=name,
-            wait_s=durability.timeout if durability else 0.0,
+            wait_s=durability.timeout_s if durability else 0.0,
         )
         # How long a call's receipt lives, so that a resend is answered from it: longer than
         # any retry of ours (reconnect_timeout) plus redis-py's own.
@@ -533,46 +536,41 @@ class DelayQueue(Generic[PayloadT]):
     # -- producing --------------------------------------------------------------------------
 
     def offer(
-        self,
-        payload: PayloadT,
-        delay: Duration | None = None,
-        *,
-        at: datetime | float | None = None,
-        key: str | None = None,
-        id: str | None = None,
-        priority: int = 0,
-        headers: dict[str, str] | None = None,
-        ttl: Duration | None = None,
-        key_ttl: Duration | None = None,
-        dedup: str | None = None,
+        self, payload: PayloadT, delay: Duration | None = None, **options: Unpack[OfferOptions]
     ) -> TaskId:
         """Schedule ``payload`` after ``delay`` seconds (or at ``at``); return the task id.
 
-        The id is a :class:`TaskId`, a ``str`` whose ``outcome`` says what happened:
-        ``created``, or, with ``key``, ``existing`` (another live task holds the key and is
-        kept; its id is returned, ``dedup="keep"``) or ``replaced`` (the pending task holding
-        the key got this payload and due time, ``dedup="replace"``). ``key_ttl`` keeps the key
-        taken for that long after the task completes. With ``id``, an offer repeated after a
-        timeout is a no-op (``existing``); if a task with other content (payload, headers,
-        priority, key) holds the id, it is kept and :class:`TaskIdConflict` is raised. ``ttl``
-        drops the task if it is not delivered within that long after its due time. Nothing is
-        written if any argument is invalid.
+        ``options`` (keyword-only, :class:`OfferOptions`): ``at``, ``key``, ``id``,
+        ``priority``, ``headers``, ``ttl``, ``key_ttl``, ``dedup``. The id is a
+        :class:`TaskId`, a ``str`` whose ``outcome`` says what happened: ``created``, or, with
+        ``key``, ``existing`` (another live task holds the key and is kept; its id is
+        returned, ``dedup="keep"``) or ``replaced`` (the pending task holding the key got this
+        payload and due time, ``dedup="replace"``). ``key_ttl`` keeps the key taken for that
+        long after the task completes. With ``id``, an offer repeated after a timeout is a
+        no-op (``existing``); if a task with other content (payload, headers, priority, key)
+        holds the id, it is kept and :class:`TaskIdConflict` is raised. ``ttl`` drops the task
+        if it is not delivered within that long after its due time. Nothing is written if any
+        argument is invalid.
         """
-        mode = self._offer_mode(dedup)
-        plain = key is None and id is None and at is None and ttl is None and key_ttl is None
-        if plain and priority == 0 and not headers:  # the common case, on a shorter path
-            spec = build_plain_offer(self._codec, payload, delay)
-            routes = self._routes()
-            self._register()
-            return routes.home(spec.id).offer_plain(spec)
-        offer = Offer(payload, delay, at, key, id, priority, headers, ttl, key_ttl)
+        if options:
+            offer = offer_of(payload, delay, options, f"{type(self).__name__}.offer")
+            mode = self._offer_mode(options.get("dedup"))
+            if not is_plain(offer):
+                return self._offer_one(mode, offer)
+        spec = build_plain_offer(self._codec, payload, delay)  # the common case, made short
+        routes = self._routes()
+        self._register()
+        return routes.home(spec.id).offer_plain(spec)
+
+    def _offer_one(self, mode: DedupMode, offer: Offer) -> TaskId:
+        """Offer one task with options (a key, an id, a due time, ...)."""
         routes = self._routes()
         shard, new_id = self._route(routes, offer)
         spec = build_offer(self._codec, offer, new_id)
         self._register()
-        if key is not None:
-            shard = self._keyed_shard(routes, key, shard)
-        return check_conflicts(shard.write_offers(mode, [spec], [id is None]))[0]
+        if offer.key is not None:
+            shard = self._keyed_shard(routes, offer.key, shard)
+        return check_conflicts(shard.write_offers(mode, [spec], [offer.id is None]))[0]
 
     def _route(self, routes: _Routes, offer: Offer, drawn: str | None = None) -> tuple[Shard, str]:
         """The shard of an offer and the id to give it if it has none (``drawn``, if it

@@ -194,7 +194,7 @@ class Shard:
         if short is not None:
             message = (
                 f"queue {self._settings.name!r}: {len(task_ids)} task(s) written but not "
-                f"confirmed within {durability.timeout:g} s: {short}"
+                f"confirmed within {durability.timeout_s:g} s: {short}"
             )
             if durability.on_shortfall == "raise":
                 raise NotDurable(message, [str(task_id) for task_id in task_ids])

@@ -18,6 +18,7 @@ from .._async.queue import AsyncDelayQueue, AsyncTask
 from .._core.handling import Verdict, outcome_of
 from .._core.models import Backoff
 from .._core.text import printable
+from .._core.timing import Duration
 from ..exceptions import DelayqError, LeaseLost
 from ..metrics._base import WorkerRecorder
 from .background import AsyncBackgroundWorker
@@ -69,13 +70,13 @@ class AsyncWorker(WorkerBase):
         handler: Handler,
         *,
         concurrency: int = 8,
-        timeout: float | None = None,
-        grace: float = 30.0,
+        timeout: Duration | None = None,
+        grace: Duration = 30.0,
         prefetch: int | None = None,
         health_file: str | None = None,
         handle_signals: bool = False,
         hooks: Hooks | None = None,
-        visibility_timeout: float | None = None,
+        visibility_timeout: Duration | None = None,
         max_attempts: int | None = None,
         retry_backoff: Backoff | None = None,
         metrics: WorkerRecorder | None = None,

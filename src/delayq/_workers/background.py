@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import threading
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING
 
-from .._async.queue import AsyncDelayQueue
-from .._sync.queue import DelayQueue
+from .._core.timing import Duration, setting_s
 
 if TYPE_CHECKING:
     from .async_worker import AsyncWorker
@@ -41,14 +40,16 @@ class BackgroundWorker:
         """Whether the worker is still working (False once it stopped or failed)."""
         return self._thread.is_alive()
 
-    def stop(self, timeout: float | None = None) -> None:
-        """Shut the worker down gracefully and wait for it (up to ``timeout`` seconds): fetching
-        stops, running handlers get the worker's ``grace``, the tasks it held go back at once.
-        Raises what ended the worker, if it failed (e.g. :class:`~delayq.WorkerFailed`)."""
+    def stop(self, timeout: Duration | None = None) -> None:
+        """Shut the worker down gracefully and wait for it (up to ``timeout``, seconds or a
+        timedelta; None: as long as it takes): fetching stops, running handlers get the
+        worker's ``grace``, the tasks it held go back at once. Raises what ended the worker,
+        if it failed (e.g. :class:`~delayq.WorkerFailed`)."""
+        timeout_s = None if timeout is None else setting_s(timeout, "timeout")
         self.worker.stop()
-        self._thread.join(timeout)
+        self._thread.join(timeout_s)
         if self._thread.is_alive():
-            raise TimeoutError(f"the delayq worker did not stop within {timeout}s")
+            raise TimeoutError(f"the delayq worker did not stop within {timeout_s:g}s")
         if self._error is not None:
             raise self._error
 
@@ -92,23 +93,3 @@ class AsyncBackgroundWorker:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
-
-
-@overload
-def listen(queue: DelayQueue, handler: Any, **options: Any) -> BackgroundWorker: ...
-@overload
-def listen(queue: AsyncDelayQueue, handler: Any, **options: Any) -> AsyncBackgroundWorker: ...
-def listen(queue: Any, handler: Any, **options: Any) -> Any:
-    """Run ``handler`` for every due task of ``queue`` in the background (Redisson's listener)
-    and return a handle whose ``stop()`` ends it gracefully: a thread :class:`~delayq.Worker`
-    for a :class:`~delayq.DelayQueue` (plain handler), an :class:`~delayq.AsyncWorker` task of
-    the running loop for an :class:`~delayq.AsyncDelayQueue` (``async def`` handler).
-    ``options`` are the worker's (concurrency, timeout, visibility_timeout, ...)."""
-    from .async_worker import AsyncWorker
-    from .thread_worker import Worker
-
-    if isinstance(queue, AsyncDelayQueue):
-        return AsyncWorker(queue, handler, **options).start_background()
-    if isinstance(queue, DelayQueue):
-        return Worker(queue, handler, **options).start_background()
-    raise TypeError(f"listen() needs a DelayQueue or an AsyncDelayQueue, got {queue!r}")

@@ -17,7 +17,7 @@ from typing import Any
 
 from .._core.handling import Counters, Outcome, Verdict, WorkerHealth, describe
 from .._core.text import printable, utf8_safe
-from .._core.timing import format_duration
+from .._core.timing import Duration, format_duration, setting_s
 from ..exceptions import ConfigError, WorkerFailed
 from ..metrics._base import NOOP, WorkerRecorder
 from .ledger import Ledger, Pace
@@ -44,8 +44,8 @@ class WorkerOptions:
     concurrency: int
     slots: int  # handlers per queue (concurrency split evenly across queues)
     prefetch: int  # tasks fetched ahead per queue, handed back on shutdown
-    timeout: float | None
-    grace: float
+    timeout: float | None  # seconds
+    grace: float  # seconds
     health_file: str | None
 
     @classmethod
@@ -53,8 +53,8 @@ class WorkerOptions:
         cls,
         queues: int,
         concurrency: int,
-        timeout: float | None,
-        grace: float,
+        timeout: Duration | None,
+        grace: Duration,
         prefetch: int | None,
         health_file: str | None,
     ) -> WorkerOptions:
@@ -62,10 +62,8 @@ class WorkerOptions:
             raise ConfigError("a worker needs at least one queue")
         if not isinstance(concurrency, int) or not 1 <= concurrency <= 10_000:
             raise ConfigError(f"concurrency must be an int from 1 to 10000, got {concurrency!r}")
-        if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
-            raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if not (isinstance(grace, int | float) and grace >= 0):
-            raise ConfigError(f"grace must be >= 0 seconds, got {grace!r}")
+        timeout_s = None if timeout is None else setting_s(timeout, "timeout", allow_zero=False)
+        grace_s = setting_s(grace, "grace")
         slots = max(1, concurrency // queues)
         if prefetch is None:
             # Under a backlog the round trips per task, not Redis, set the pace: fetching a
@@ -74,7 +72,7 @@ class WorkerOptions:
             prefetch = 4 * slots
         if not isinstance(prefetch, int) or prefetch < 0:
             raise ConfigError(f"prefetch must be an int >= 0, got {prefetch!r}")
-        return cls(concurrency, slots, prefetch, timeout, float(grace), health_file)
+        return cls(concurrency, slots, prefetch, timeout_s, grace_s, health_file)
 
     @staticmethod
     def heartbeat_s(queues: Sequence[Any]) -> float:
@@ -241,7 +239,7 @@ def internal_error_text(exc: BaseException) -> str:
 
 def with_policies(
     queues: Sequence[Any],
-    visibility_timeout: float | None,
+    visibility_timeout: Duration | None,
     max_attempts: int | None,
     retry_backoff: Any,
 ) -> list[Any]:
@@ -310,7 +308,7 @@ class WorkerBase:
         options: WorkerOptions,
         handle_signals: bool,
         hooks: Hooks | None,
-        policy: tuple[float | None, int | None, Any],
+        policy: tuple[Duration | None, int | None, Any],
         metrics: WorkerRecorder | None = None,
     ) -> None:
         check_handler(handler, wants_coroutine=self._wants_coroutine)

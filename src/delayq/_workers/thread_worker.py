@@ -16,6 +16,7 @@ from typing import Any
 from .._core.handling import Reject, Verdict, outcome_of
 from .._core.models import Backoff
 from .._core.text import printable
+from .._core.timing import Duration
 from .._sync.queue import DelayQueue, Task
 from ..exceptions import DelayqError, LeaseLost
 from ..metrics._base import WorkerRecorder
@@ -66,13 +67,13 @@ class Worker(WorkerBase):
         handler: Handler,
         *,
         concurrency: int = 8,
-        timeout: float | None = None,
-        grace: float = 30.0,
+        timeout: Duration | None = None,
+        grace: Duration = 30.0,
         prefetch: int | None = None,
         health_file: str | None = None,
         handle_signals: bool = False,
         hooks: Hooks | None = None,
-        visibility_timeout: float | None = None,
+        visibility_timeout: Duration | None = None,
         max_attempts: int | None = None,
         retry_backoff: Backoff | None = None,
         metrics: WorkerRecorder | None = None,

@@ -18,7 +18,7 @@ from .._core.codecs import load_json, load_msgpack
 from .._core.envelope import BARE, EnvelopeCodec
 from .._core.keys import QueueKeys
 from .._core.models import DedupMode
-from .._core.offers import Offer, build_offer
+from .._core.offers import OfferOptions, build_offer, offer_of
 from .._core.options import QueueOptions, dedup_mode
 from .._core.protocol import OfferSpec, check_id, new_task_id
 from .._core.timing import MAX_DELAY_MS, Duration, due_spec
@@ -82,20 +82,15 @@ def offer_row(
     queue: str,
     payload: Any,
     delay: Duration | None,
-    *,
-    at: datetime | float | None,
-    key: str | None,
-    id: str | None,
-    priority: int,
-    headers: dict[str, str] | None,
-    ttl: Duration | None,
-    key_ttl: Duration | None,
-    dedup: str | None,
+    options: OfferOptions,
+    caller: str = "Outbox.offer",
 ) -> dict[str, Any]:
-    """The parameters of an offer row; raises :class:`InvalidTaskError` on bad input."""
+    """The parameters of an offer row; raises :class:`InvalidTaskError` on bad input, and
+    TypeError naming ``caller`` for an unknown option."""
     codec, default_dedup = formats.of(queue)
+    offer = offer_of(payload, delay, options, caller)
+    dedup = options.get("dedup")
     mode = default_dedup if dedup is None else dedup_mode(dedup)
-    offer = Offer(payload, delay, at, key, id, priority, headers, ttl, key_ttl)
     spec = build_offer(codec, offer, new_task_id())
     return {
         "prefix": formats.prefix,

@@ -1,11 +1,11 @@
-"""listen(): Redisson's listener style, a worker in the background (a thread for a sync
-queue, a task of the event loop for an asyncio one)."""
+"""``start_background()``: Redisson's listener style, a worker running in the background of
+the application (in a thread of its own, or as a task of the running event loop)."""
 
 from __future__ import annotations
 
 import threading
 
-from delayq import AsyncDelayQueue, Backoff, listen
+from delayq import AsyncDelayQueue, AsyncWorker, Backoff
 
 from .flavor import eventually
 
@@ -21,7 +21,7 @@ async def test_listener_handles_tasks_in_the_background_and_stops(make_async_que
             raise RuntimeError("first try fails")
         seen.append(task.payload)
 
-    listener = listen(q, handler, concurrency=2)
+    listener = AsyncWorker(q, handler, concurrency=2).start_background()
     await q.offer_many([("a", 0.1), ("b", 0.2), ("flaky", 0)])
     await eventually(lambda: sorted(map(str, seen)) == ["a", "b", "flaky"], timeout=10)
     await listener.stop()

@@ -1,12 +1,12 @@
 # Generated from _async/test_listener.py by scripts/unasync.py: do not edit.
-"""listen(): Redisson's listener style, a worker in the background (a thread for a sync
-queue, a task of the event loop for an asyncio one)."""
+"""``start_background()``: Redisson's listener style, a worker running in the background of
+the application (in a thread of its own, or as a task of the running event loop)."""
 
 from __future__ import annotations
 
 import threading
 
-from delayq import Backoff, DelayQueue, listen
+from delayq import Backoff, DelayQueue, Worker
 
 from .flavor import eventually
 
@@ -22,7 +22,7 @@ def test_listener_handles_tasks_in_the_background_and_stops(make_queue) -> None:
             raise RuntimeError("first try fails")
         seen.append(task.payload)
 
-    listener = listen(q, handler, concurrency=2)
+    listener = Worker(q, handler, concurrency=2).start_background()
     q.offer_many([("a", 0.1), ("b", 0.2), ("flaky", 0)])
     eventually(lambda: sorted(map(str, seen)) == ["a", "b", "flaky"], timeout=10)
     listener.stop()

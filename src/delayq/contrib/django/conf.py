@@ -15,6 +15,9 @@
         },
         "WORKER": {"concurrency": 8, "timeout": None, "grace": 30},  # Worker options
     }
+
+Durations (``timeout``, ``grace``, ``visibility_timeout``) are seconds or a ``timedelta``,
+as everywhere in delayq.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
+from ..._core.timing import setting_s
+from ...exceptions import ConfigError
+
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 _TOP_KEYS = frozenset({"REDIS_URL", "PREFIX", "DATABASE", "QUEUES", "WORKER"})
 _QUEUE_KEYS = frozenset({"HANDLER", "OPTIONS"})
@@ -34,6 +40,8 @@ _WORKER_KEYS = frozenset(
     {"concurrency", "timeout", "grace", "prefetch", "health_file", "visibility_timeout",
      "max_attempts", "retry_backoff"}
 )  # fmt: skip
+# The worker options that are durations, each checked (and whether 0 is allowed) on reading.
+_WORKER_DURATIONS = {"timeout": False, "grace": True, "visibility_timeout": False}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +89,12 @@ def delayq_settings() -> DelayqSettings:
     if not isinstance(worker, dict):
         raise ImproperlyConfigured("DELAYQ['WORKER'] must be a dict of Worker options")
     _no_unknown(worker, _WORKER_KEYS, "DELAYQ['WORKER']")
+    for name, allow_zero in _WORKER_DURATIONS.items():
+        if worker.get(name) is not None:
+            try:
+                setting_s(worker[name], name, allow_zero=allow_zero)
+            except ConfigError as exc:
+                raise ImproperlyConfigured(f"DELAYQ['WORKER'][{name!r}]: {exc}") from exc
     return DelayqSettings(redis_url, prefix, database, _queues(raw.get("QUEUES", {})), worker)
 
 

@@ -17,13 +17,12 @@ transaction, not after it.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, Unpack
 
 from django.db import transaction
 
-from ..._core.offers import Offer, build_offer
+from ..._core.offers import OfferOptions, build_offer, check_dedup, offer_of
 from ..._core.timing import Duration
 from ...exceptions import DelayqError
 from ...outbox import QueueFormat
@@ -40,30 +39,24 @@ def offer_on_commit(
     delay: Duration | None = None,
     *,
     using: str | None = None,
-    at: datetime | float | None = None,
-    key: str | None = None,
-    id: str | None = None,
-    priority: int = 0,
-    headers: dict[str, str] | None = None,
-    ttl: Duration | None = None,
-    key_ttl: Duration | None = None,
-    dedup: str | None = None,
+    **options: Unpack[OfferOptions],
 ) -> str:
     """Offer ``payload`` to ``queue`` once the transaction on ``using`` commits (at once
-    outside a transaction); the same options as ``DelayQueue.offer``.
+    outside a transaction); the same options as ``DelayQueue.offer``
+    (:class:`~delayq.OfferOptions`).
 
     Returns the id the task will have (drawn now, so it can be stored in the same
     transaction). With ``key`` and ``dedup="keep"``, a live task already holding the key
     keeps its own id and this one is not created. ``delay`` counts from the commit.
     """
-    options = delayq_settings().queue(queue).options
-    codec = QueueFormat(**format_options(options)).envelope_codec()
-    offer = Offer(payload, delay, at, key, id, priority, headers, ttl, key_ttl)
+    offer = offer_of(payload, delay, options, "offer_on_commit")
+    queue_options = delayq_settings().queue(queue).options
+    codec = QueueFormat(**format_options(queue_options)).envelope_codec()
     task_id = build_offer(codec, offer).id  # validates everything, draws the id
-    send = partial(
-        get_queue(queue).offer, payload, delay, at=at, key=key, id=task_id,
-        priority=priority, headers=headers, ttl=ttl, key_ttl=key_ttl, dedup=dedup,
-    )  # fmt: skip
+    check_dedup(options.get("dedup"))  # a bad one would fail only after the commit
+    sent = options.copy()
+    sent["id"] = task_id
+    send = partial(get_queue(queue).offer, payload, delay, **sent)
     transaction.on_commit(partial(_after_commit, send, queue, task_id, "offer"), using=using)
     return task_id
 

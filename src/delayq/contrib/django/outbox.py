@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 from django.core.signals import setting_changed
 
+from ..._core.offers import OfferOptions, check_options
 from ..._core.timing import Duration
 from ...outbox import Outbox, QueueFormat
 from ...outbox._schema import Schema
@@ -55,26 +56,18 @@ def offer(
     delay: Duration | None = None,
     *,
     using: str | None = None,
-    at: datetime | float | None = None,
-    key: str | None = None,
-    id: str | None = None,
-    priority: int = 0,
-    headers: dict[str, str] | None = None,
-    ttl: Duration | None = None,
-    key_ttl: Duration | None = None,
-    dedup: str | None = None,
+    **options: Unpack[OfferOptions],
 ) -> str:
     """Offer ``payload`` to ``queue`` if and only if the current transaction commits.
 
     Call it inside ``transaction.atomic(using=...)``; outside one, Django is in autocommit
-    and the row commits at once. The same options as ``DelayQueue.offer``; bad input raises
-    here, inside the transaction. Returns the task's delayq id (for ``get`` and ``cancel``).
-    ``delay`` counts from now, on the database's clock, however late the relay runs.
+    and the row commits at once. The same options as ``DelayQueue.offer``
+    (:class:`~delayq.OfferOptions`); bad input raises here, inside the transaction. Returns
+    the task's delayq id (for ``get`` and ``cancel``). ``delay`` counts from now, on the
+    database's clock, however late the relay runs.
     """
-    return get_outbox(using).offer(
-        raw_connection(using), queue, payload, delay, at=at, key=key, id=id,
-        priority=priority, headers=headers, ttl=ttl, key_ttl=key_ttl, dedup=dedup,
-    )  # fmt: skip
+    check_options(options, "offer")  # before the connection is looked up
+    return get_outbox(using).offer(raw_connection(using), queue, payload, delay, **options)
 
 
 def cancel(queue: str, task_id: str, *, using: str | None = None) -> None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
+from ..._core.offers import OfferOptions
 from ..._core.timing import Duration
 from .._conn import admin, check_target, execute
 from .._rows import Formats, QueueFormat, cancel_row, offer_row, reschedule_row
@@ -86,24 +87,15 @@ class Outbox:
         queue: str,
         payload: Any,
         delay: Duration | None = None,
-        *,
-        at: datetime | float | None = None,
-        key: str | None = None,
-        id: str | None = None,
-        priority: int = 0,
-        headers: dict[str, str] | None = None,
-        ttl: Duration | None = None,
-        key_ttl: Duration | None = None,
-        dedup: str | None = None,
+        **options: Unpack[OfferOptions],
     ) -> str:
         """Offer ``payload`` to ``queue`` when the transaction of ``conn`` commits; the same
-        options as ``DelayQueue.offer``. Returns the task's id (delayq's, for ``get``
-        and ``cancel``). ``delay`` counts from now (the database's clock), not from the
-        relay."""
+        options as ``DelayQueue.offer`` (:class:`~delayq.OfferOptions`). Returns the
+        task's id (delayq's, for ``get`` and ``cancel``). ``delay`` counts from now (the
+        database's clock), not from the relay."""
         row = offer_row(
-            self._formats, queue, payload, delay, at=at, key=key, id=id, priority=priority,
-            headers=headers, ttl=ttl, key_ttl=key_ttl, dedup=dedup,
-        )  # fmt: skip
+            self._formats, queue, payload, delay, options, f"{type(self).__name__}.offer"
+        )
         execute(conn, self._schema.insert, row)
         return str(row["task_id"])
 
