@@ -296,7 +296,8 @@ def test_the_worker_command_on_a_misspelt_queue_says_so(
     with DelayQueue("orders", redis7_server.url, prefix=prefix) as real:
         real.offer("x", delay=60)
     (tmp_path / "handlers_typo.py").write_text("def handle(task):\n    pass\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    paths = [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     command = [*CLI, "worker", "handlers_typo:handle", "-q", "ordres", "--redis"]
     command += [redis7_server.url, "--prefix", prefix, *(["--create"] if create else [])]
     proc = subprocess.Popen(
@@ -384,3 +385,21 @@ async def test_exporter_and_dashboard_on_every_layout(
     finally:
         await client.aclose()
         await app.state.dashboard.monitor.close()
+
+
+def test_an_idle_consumer_of_a_sharded_queue_looks_once_per_safety_interval(
+    redis7_server: EmbeddedRedis, prefix: str
+) -> None:
+    """Not once per shard: the shards' safety looks are spread over shards x the interval."""
+    import redis as redis_lib
+
+    admin = redis_lib.Redis.from_url(redis7_server.url)
+    with DelayQueue("sleepy", redis7_server.url, prefix=prefix, shards=8, safety_interval=0.5) as q:
+        q.offer("later", delay=3600)
+        assert q.poll(timeout=0) is None  # the first look: every shard
+        before = admin.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+        assert q.poll(timeout=4.0) is None
+        looks = admin.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0) - before
+    admin.close()
+    # 8 shards looked at every 4 s: about 8 looks in the 4 s (one per half second), not 64.
+    assert looks <= 20, f"{looks} script calls in 4 s of idling on 8 shards"

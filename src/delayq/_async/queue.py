@@ -903,7 +903,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         due tasks; the tasks that could be read, and the script's result."""
         self._check_open()
         raws, result = await watch.shard.fetch(
-            watch, self._policy, count, deadline, self._safety_s, acks
+            watch, self._policy, count, deadline, self._insurance_s(), acks
         )
         tasks = []
         for raw in raws:
@@ -930,6 +930,13 @@ class AsyncDelayQueue(Generic[PayloadT]):
                 )
             )
         return tasks, result
+
+    def _insurance_s(self) -> float:
+        """How long a shard with nothing due may go unlooked at, in case a message was lost:
+        the safety interval, times the shards, so that an idle consumer of a sharded queue
+        still makes one look per interval, not one per shard."""
+        routes = self._shared.routes
+        return self._safety_s * (len(routes.every) if routes is not None else 1)
 
     async def _from_ahead(self, watch: Watch, count: int) -> list[AsyncTask[PayloadT]]:
         """Up to ``count`` of the tasks fetched ahead, each with at least half its lease left

@@ -899,7 +899,9 @@ class DelayQueue(Generic[PayloadT]):
         """One fetch script call on a shard: ack ``acks`` (if any), then lease up to ``count``
         due tasks; the tasks that could be read, and the script's result."""
         self._check_open()
-        raws, result = watch.shard.fetch(watch, self._policy, count, deadline, self._safety_s, acks)
+        raws, result = watch.shard.fetch(
+            watch, self._policy, count, deadline, self._insurance_s(), acks
+        )
         tasks = []
         for raw in raws:
             try:
@@ -925,6 +927,13 @@ class DelayQueue(Generic[PayloadT]):
                 )
             )
         return tasks, result
+
+    def _insurance_s(self) -> float:
+        """How long a shard with nothing due may go unlooked at, in case a message was lost:
+        the safety interval, times the shards, so that an idle consumer of a sharded queue
+        still makes one look per interval, not one per shard."""
+        routes = self._shared.routes
+        return self._safety_s * (len(routes.every) if routes is not None else 1)
 
     def _from_ahead(self, watch: Watch, count: int) -> list[Task[PayloadT]]:
         """Up to ``count`` of the tasks fetched ahead, each with at least half its lease left
