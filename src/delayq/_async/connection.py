@@ -48,6 +48,42 @@ def aconnect(
     )
 
 
+def shared_or_new(
+    redis: Any,
+    *,
+    reconnect_timeout: Duration | None = None,
+    prefix: str | None = None,
+    client_name: str = DEFAULT_CLIENT_NAME,
+) -> tuple[AsyncConnection, bool]:
+    """For a tool given ``redis`` (the exporter, the dashboard, the relay): ``redis`` itself
+    if it is a handle, else a new handle on it; and whether the tool made it (and closes it).
+    A handle passed in keeps its own settings: a ``reconnect_timeout`` or ``prefix`` given
+    that differs from its own is a :class:`ConfigError`."""
+    if not isinstance(redis, AsyncConnection):
+        handle = AsyncConnection(
+            redis,
+            reconnect_timeout=reconnect_timeout,
+            prefix="dq" if prefix is None else prefix,
+            client_name=client_name,
+        )
+        return handle, True
+    if prefix is not None and prefix != redis.prefix:
+        raise ConfigError(
+            f"prefix {prefix!r} differs from the connection handle's ({redis.prefix!r}): "
+            "leave it out, or connect with that prefix"
+        )
+    if reconnect_timeout is not None:
+        layer.connect(redis, client_name, _seconds(reconnect_timeout))  # the same, or raises
+    return redis, False
+
+
+def _seconds(duration: Duration) -> float:
+    try:
+        return duration_ms(duration, "reconnect_timeout") / 1000
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
 class AsyncConnection(layer.Handle):
     """One Redis for the asyncio front end: its pools, its pub/sub connections, its queues.
 
@@ -83,14 +119,7 @@ class AsyncConnection(layer.Handle):
         self._prefix = prefix
         if layer.shared(redis):
             raise ConfigError("redis is already a connection handle: use it as it is")
-        try:
-            reconnect_s = (
-                None
-                if reconnect_timeout is None
-                else duration_ms(reconnect_timeout, "reconnect_timeout") / 1000
-            )
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
+        reconnect_s = None if reconnect_timeout is None else _seconds(reconnect_timeout)
         self._runner = layer.connect(redis, client_name, reconnect_s)
         # The queues opened here, to close with the handle; weakly, so that a caller may drop
         # one (a queue on a handle holds no connection of its own) without a leak.
