@@ -192,6 +192,11 @@ class Connection(layer.Handle):
         members = self.runner.command("SMEMBERS", self._registry)
         return list(read_registry(self._prefix, members).names)
 
+    def is_registered(self, name: str) -> bool:
+        """Whether the registry lists ``name`` (a queue registers on its first offer, or
+        when opened with ``create=True``)."""
+        return bool(self.runner.command("SISMEMBER", self._registry, name))
+
     def registry(self) -> Registry:
         """The registry as one value: the valid names, the members that are no queue name,
         and the recorded layout of each sharded queue (two commands)."""
