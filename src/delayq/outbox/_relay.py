@@ -124,8 +124,12 @@ class AsyncRelay:
         self._batch = batch_size
         self._sweep_s = float(sweep_interval)
         self._reconnect_timeout = reconnect_timeout
-        self._conn: AsyncConnection | None = None  # made on first use, in the relay's loop
+        # A handle passed in is checked now; one of the relay's own is made on first use,
+        # in the loop that runs the relay.
+        self._conn: AsyncConnection | None = None
         self._owns_conn = False
+        if isinstance(redis, AsyncConnection):
+            self._conn, self._owns_conn = shared_or_new(redis, reconnect_timeout=reconnect_timeout)
         self._max_backoff = float(max_backoff)
         self._queues: dict[tuple[str, str], AsyncDelayQueue] = {}
         self._known_queues: set[tuple[str, str]] = set()
