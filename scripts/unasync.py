@@ -37,6 +37,7 @@ PAIRS: list[tuple[str, str]] = [
     ("src/delayq/_async/shard.py", "src/delayq/_sync/shard.py"),
     ("src/delayq/_async/reshard.py", "src/delayq/_sync/reshard.py"),
     ("src/delayq/_async/consumer.py", "src/delayq/_sync/consumer.py"),
+    ("src/delayq/_async/connection.py", "src/delayq/_sync/connection.py"),
     # the outbox
     ("src/delayq/outbox/_async/outbox.py", "src/delayq/outbox/_sync/outbox.py"),
     # tests of both front ends (flavor.py is written by hand on each side)
@@ -64,6 +65,7 @@ RULES: list[tuple[str, str]] = [
     (r"\bAsyncConsumer\b", "Consumer"),
     (r"\bAsyncWorker\b", "Worker"),
     (r"\bAsyncOutbox\b", "Outbox"),
+    (r"\baconnect\b", "connect"),
     # the language
     (r"\b__aiter__\b", "__iter__"),
     (r"\b__anext__\b", "__next__"),

@@ -2,6 +2,7 @@
 
 import logging as _logging
 
+from ._async.connection import AsyncConnection, aconnect
 from ._async.queue import AsyncDelayQueue, AsyncTask
 from ._core.durability import Durability
 from ._core.handling import Reject, Retry, WorkerHealth
@@ -15,6 +16,7 @@ from ._core.models import (
     TaskState,
 )
 from ._core.offers import Offer, OfferOptions, OfferOutcome, TaskId
+from ._sync.connection import Connection, connect
 from ._sync.queue import DelayQueue, Task
 from ._workers.async_worker import AsyncWorker
 from ._workers.background import AsyncBackgroundWorker, BackgroundWorker
@@ -45,12 +47,14 @@ _logging.getLogger("delayq").addHandler(_logging.NullHandler())
 
 __all__ = [
     "AsyncBackgroundWorker",
+    "AsyncConnection",
     "AsyncDelayQueue",
     "AsyncTask",
     "AsyncWorker",
     "BackgroundWorker",
     "Backoff",
     "ConfigError",
+    "Connection",
     "DeadTask",
     "DecodeError",
     "DedupMode",
@@ -82,4 +86,6 @@ __all__ = [
     "Worker",
     "WorkerFailed",
     "WorkerHealth",
+    "aconnect",
+    "connect",
 ]

@@ -1431,7 +1431,8 @@ def _public(cls: type) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("sync_cls", "async_cls"), [(DelayQueue, AsyncDelayQueue), (Task, AsyncTask)]
+    ("sync_cls", "async_cls"),
+    [(DelayQueue, AsyncDelayQueue), (Task, AsyncTask), (delayq.Connection, delayq.AsyncConnection)],
 )
 def test_sync_and_async_expose_the_same_api(sync_cls: type, async_cls: type) -> None:
     sync_api, async_api = _public(sync_cls), _public(async_cls)
@@ -1446,7 +1447,7 @@ def test_sync_and_async_expose_the_same_api(sync_cls: type, async_cls: type) -> 
             (p.name, p.kind, p.default) for p in async_sig.parameters.values()
         ], name
         assert not inspect.iscoroutinefunction(sync_attr), name
-        if name in ("consume", "with_policy"):  # they return an iterator and a view
+        if name in ("consume", "with_policy", "queue"):  # an iterator, a view, a queue
             continue
         assert inspect.iscoroutinefunction(async_attr), name
     init_params = inspect.signature(sync_cls.__init__).parameters  # type: ignore[misc]
@@ -1454,8 +1455,14 @@ def test_sync_and_async_expose_the_same_api(sync_cls: type, async_cls: type) -> 
 
 
 def test_sync_and_async_queues_have_context_managers() -> None:
-    assert hasattr(DelayQueue, "__enter__") and hasattr(DelayQueue, "__exit__")
-    assert hasattr(AsyncDelayQueue, "__aenter__") and hasattr(AsyncDelayQueue, "__aexit__")
+    for sync_cls, async_cls in (
+        (DelayQueue, AsyncDelayQueue),
+        (delayq.Connection, delayq.AsyncConnection),
+    ):
+        assert hasattr(sync_cls, "__enter__") and hasattr(sync_cls, "__exit__")
+        assert hasattr(async_cls, "__aenter__") and hasattr(async_cls, "__aexit__")
+    connect, aconnect = inspect.signature(delayq.connect), inspect.signature(delayq.aconnect)
+    assert list(connect.parameters) == list(aconnect.parameters)
 
 
 def test_all_is_sorted_and_importable() -> None:

@@ -322,7 +322,7 @@ async def test_the_503_page_and_the_log_mask_every_password(
         f"redis://127.0.0.1:{port}/0?password=hunter2-option&socket_timeout=1",
         "unix:///nonexistent/delayq-test.sock?db=0&password=hunter2-option",
     ):
-        client, board = dash(redis_url=url, redis_timeout_s=0.5)
+        client, board = dash(redis_url=url, reconnect_timeout=0.5)
         with caplog.at_level(logging.WARNING, logger="delayq.dashboard"):
             response = await client.get("/")
             await board.monitor.close()

@@ -321,7 +321,7 @@ async def test_read_only_hides_and_rejects_actions(queues: Any, dash: Any) -> No
 
 
 async def test_redis_down_is_a_clear_503(dash: Any) -> None:
-    client, _ = dash(redis_url=f"redis://127.0.0.1:{free_port()}/0", redis_timeout_s=0.5)
+    client, _ = dash(redis_url=f"redis://127.0.0.1:{free_port()}/0", reconnect_timeout=0.5)
     for path in ("/", "/q/any", "/q/any/task?id=x"):
         start = time.monotonic()
         response = await client.get(path)

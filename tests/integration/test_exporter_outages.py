@@ -1,5 +1,7 @@
 """The exporter logs a Redis outage once, not once per scrape (issue #13): a warning at the
-first failed scrape, an info line when Redis answers again; never the password."""
+first failed scrape, an info line when Redis answers again; never the password. The
+connection layer under it does the same, once per outage (a warning and an info line), with
+no logger filter to mute it."""
 
 from __future__ import annotations
 
@@ -35,15 +37,15 @@ def test_an_outage_is_logged_once_and_its_end_once(
         q = DelayQueue("watched", url, prefix=prefix)
         q.offer("x", 60)
         q.close()
-        collector = QueueCollector(url, prefix=prefix, timeout=0.3)
+        collector = QueueCollector(url, prefix=prefix, reconnect_timeout=0.3)
         try:
             assert collector.snapshot()[1] is True
             assert outage_lines(caplog) == []
 
             server.kill()
             assert [collector.snapshot()[1] for _ in range(4)] == [False] * 4
-            # The first failed scrape: the connection layer's retry warning and the
-            # exporter's own line; the three after it: nothing.
+            # The first failed scrape: the connection layer's warning and the exporter's own
+            # line; the three after it: nothing (no filter muted them: nothing was logged).
             lines = outage_lines(caplog)
             assert len(lines) == 2, lines
             assert lines[-1][0] == logging.WARNING and "cannot read queue stats" in lines[-1][1]
@@ -52,12 +54,13 @@ def test_an_outage_is_logged_once_and_its_end_once(
             assert collector.snapshot()[1] is True  # (a fresh server: no queues any more)
             assert collector.snapshot()[1] is True
             lines = outage_lines(caplog)
-            assert len(lines) == 3, lines
+            assert len(lines) == 4, lines  # its end: the connection layer's and the exporter's
+            assert lines[2][0] == logging.INFO and "Redis reachable again" in lines[2][1]
             assert lines[-1][0] == logging.INFO and "available again" in lines[-1][1]
 
-            server.kill()  # a second outage is a new one: logged again, once
+            server.kill()  # a second outage is a new one: logged again, once by each
             assert [collector.snapshot()[1] for _ in range(3)] == [False] * 3
-            assert len(outage_lines(caplog)) == 5
+            assert len(outage_lines(caplog)) == 6
         finally:
             collector.close()
     assert "s3cret" not in caplog.text

@@ -157,7 +157,9 @@ def test_redis_frozen_rows_wait_then_flow(
     outbox: Outbox, own_redis: EmbeddedRedis, pg_dsn: str, table: str
 ) -> None:
     queue = DelayQueue("orders", own_redis.url, prefix=outbox.prefix)
-    relay = started(Relay(pg_dsn, own_redis.url, table=table, redis_timeout=0.5, max_backoff=0.5))
+    relay = started(
+        Relay(pg_dsn, own_redis.url, table=table, reconnect_timeout=0.5, max_backoff=0.5)
+    )
     try:
         before = offer_committed(outbox, pg_dsn, 5)
         wait_drained(pg_dsn, table)
@@ -178,7 +180,9 @@ def test_redis_frozen_rows_wait_then_flow(
 def test_redis_killed_with_aof_and_restarted(
     outbox: Outbox, own_redis: EmbeddedRedis, pg_dsn: str, table: str
 ) -> None:
-    relay = started(Relay(pg_dsn, own_redis.url, table=table, redis_timeout=0.5, max_backoff=0.5))
+    relay = started(
+        Relay(pg_dsn, own_redis.url, table=table, reconnect_timeout=0.5, max_backoff=0.5)
+    )
     try:
         before = offer_committed(outbox, pg_dsn, 20)
         wait_drained(pg_dsn, table)
@@ -342,7 +346,7 @@ def test_relay_refuses_bad_options(pg_dsn: str) -> None:
     for options in (
         {"batch_size": 0},
         {"sweep_interval": 0},
-        {"redis_timeout": -1},
+        {"reconnect_timeout": -1},
         {"name": ""},
         {"table": "no spaces"},
     ):

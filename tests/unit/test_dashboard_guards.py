@@ -198,6 +198,6 @@ def test_allowed_hosts_are_names() -> None:
             Settings(allowed_hosts=(bad,))
     with pytest.raises(ConfigError, match="tuple of names"):
         Settings(allowed_hosts="queues.example.com")  # type: ignore[arg-type]
-    for name in ("window_s", "sample_interval_s", "bin_s", "redis_timeout_s"):
+    for name in ("window_s", "sample_interval_s", "bin_s", "reconnect_timeout"):
         with pytest.raises(ConfigError, match=name):
             Settings(**{name: 0})

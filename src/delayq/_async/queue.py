@@ -208,8 +208,10 @@ class AsyncDelayQueue(Generic[PayloadT]):
         name: queue name (the Redis hash tag of all its keys).
         redis: a URL (``redis://``, ``rediss://``, ``unix://``, ``redis+sentinel://``,
             ``redis+cluster://``), a ``redis.asyncio`` ``Redis`` (a Sentinel ``master_for``
-            client too) or ``RedisCluster`` client (not ``decode_responses``), or None for
-            ``$REDIS_URL`` (``redis://127.0.0.1:6379/0`` when it is not set).
+            client too) or ``RedisCluster`` client (not ``decode_responses``), a connection
+            handle (:func:`delayq.aconnect`: the queue shares its pools, pub/sub connections
+            and ``reconnect_timeout``), or None for ``$REDIS_URL``
+            (``redis://127.0.0.1:6379/0`` when it is not set).
         codec: ``"json"`` (default), ``"msgpack"`` or ``"pickle"`` (explicit opt-in).
         payload_type: the payloads' class (dataclass, TypedDict, NamedTuple, msgspec Struct or,
             with pydantic installed, pydantic model): payloads round-trip as that class, and
@@ -298,7 +300,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         receipt_ms = int(conn.reconnect_s * 1000) + 5000
         self._shared = _Shared(
             runner=conn,
-            owns_runner=not isinstance(redis, runner.Runner),
+            owns_runner=not runner.shared(redis),  # a runner or a handle is its maker's
             settings=ShardSettings(name, self._codec, durability, receipt_ms),
             # On a cluster, wake-ups go out on the slot's node only (a shard channel).
             sharded_channel=conn.topology is Topology.CLUSTER,

@@ -48,7 +48,8 @@ async def reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "d
         await _announce(conn, prefix, sharding.layout_names(name, layout)[0])
         return new.encode()
     finally:
-        await conn.close()
+        if not runner.shared(redis):  # a runner or a handle passed in stays open
+            await conn.close()
 
 
 async def finish_reshard(name: str, redis: Any = None, *, prefix: str = "dq") -> str:
@@ -77,7 +78,8 @@ async def finish_reshard(name: str, redis: Any = None, *, prefix: str = "dq") ->
         await _announce(conn, prefix, old)
         return done.encode()
     finally:
-        await conn.close()
+        if not runner.shared(redis):  # a runner or a handle passed in stays open
+            await conn.close()
 
 
 async def _announce(conn: runner.Runner, prefix: str, names: list[str]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis.crc import key_slot
@@ -69,6 +70,24 @@ class _Redirected(Exception):
     """The slot moved; try again at once on its new node."""
 
 
+class Handle:
+    """A connection handle (``delayq.aconnect()``, ``delayq.connect()``): what
+    :func:`connect` takes besides a URL or a client. The queues built on it share its runner,
+    which it owns and closes."""
+
+    __slots__ = ()
+
+    @property
+    def runner(self) -> Runner:
+        """The handle's runner (raises :class:`QueueClosed` once the handle is closed)."""
+        raise NotImplementedError
+
+
+def shared(redis: object) -> bool:
+    """Whether ``redis`` is a runner or a handle: its user shares it and must not close it."""
+    return isinstance(redis, Runner | Handle)
+
+
 def connect(
     redis: object,
     client_name: str,
@@ -77,17 +96,22 @@ def connect(
     label: str = "",
     wait_s: float = 0.0,
 ) -> Runner:
-    """The runner for ``redis``: a URL (None for ``$REDIS_URL``) or a client passed in.
+    """The runner for ``redis``: a URL (None for ``$REDIS_URL``), a client passed in, or a
+    connection handle (its runner, shared: the handle closes it).
 
     ``reconnect_s``: how long a call rides out a lost connection (None: long enough for a
     failover with default server settings, see DEFAULT_RECONNECT_S). A client made here
     times out after ``socket_timeout_s(reconnect_s)`` and never retries by itself; the runner
     closes it. A client passed in is used through its own methods (its hooks see each call)
     and left open. ``label`` names the caller in log lines (a queue's name); ``wait_s`` is
-    the longest ``WAIT`` its calls send, which the socket timeout must outlast.
+    the longest ``WAIT`` its calls send, which the socket timeout must outlast. A handle's
+    runner keeps its own budget and sockets: a ``reconnect_s`` other than the handle's, or a
+    ``wait_s`` its sockets would not outlast, is a :class:`ConfigError`.
     """
     if isinstance(redis, Runner):
         return redis  # shared, e.g. by the shards of a sharded queue: its maker closes it
+    if isinstance(redis, Handle):
+        return _of_handle(redis.runner, reconnect_s, wait_s)
     if redis is None or isinstance(redis, str):
         url = redis or default_url()
         target = parse_url(url)
@@ -96,13 +120,40 @@ def connect(
         timeout_s = socket_timeout_s(reconnect_s) + wait_s
         client, extras = backend.make_client(target, client_name, timeout_s)
         where = safe_url(url)
-        return Runner(client, True, where, reconnect_s, extras, target.topology, label or where)
+        runner = Runner(client, True, where, reconnect_s, extras, target.topology, label or where)
+        runner.socket_timeout_s = timeout_s
+        return runner
     client = backend.check_client(redis)
     topology = Topology.CLUSTER if backend.is_cluster(client) else Topology.STANDALONE
     if reconnect_s is None:
         reconnect_s = DEFAULT_RECONNECT_S[topology]
     where = type(client).__name__
     return Runner(client, False, where, reconnect_s, [], topology, label or where)
+
+
+def _of_handle(conn: Runner, reconnect_s: float | None, wait_s: float) -> Runner:
+    """A handle's runner for one more user, who must fit its retry budget and sockets."""
+    if reconnect_s is not None and reconnect_s != conn.reconnect_s:
+        raise ConfigError(
+            f"reconnect_timeout={reconnect_s:g} differs from the connection handle's "
+            f"({conn.reconnect_s:g} s), which applies to every queue on it: leave it out, or "
+            "give the handle that reconnect_timeout"
+        )
+    if wait_s and conn.socket_timeout_s is not None and wait_s >= conn.socket_timeout_s:
+        raise ConfigError(
+            f"a Durability timeout of {wait_s:g} s outlasts the socket timeout of the "
+            f"connection handle ({conn.socket_timeout_s:g} s): give the queue its own URL, or "
+            "a shorter Durability timeout"
+        )
+    return conn
+
+
+@dataclass(eq=False)
+class _Outage:
+    """Calls of a runner failing since ``began`` (monotonic), ``tries`` failed tries so far."""
+
+    began: float
+    tries: int = 0
 
 
 class Runner:
@@ -136,6 +187,8 @@ class Runner:
         self.where = where  # for messages: the URL without its password, or the client's type
         self.topology = topology
         self.reconnect_s = reconnect_s
+        # The socket timeout of a client made here (None: a client passed in, its own).
+        self.socket_timeout_s: float | None = None
         self._extras = extras
         self._cluster = topology is Topology.CLUSTER
         self._direct = owned and not self._cluster and backend.is_plain(client)
@@ -149,6 +202,9 @@ class Runner:
             else None
         )
         self._subscriber: Subscriber | None = None
+        # The outage under way, if any, under one key: dict.setdefault and dict.pop are atomic,
+        # so of the threads sharing a sync runner, one logs an outage's start and one its end.
+        self._outage: dict[str, _Outage] = {}
         self._connected = False
         self._closed = False
 
@@ -427,12 +483,8 @@ class Runner:
                 if self._cluster:
                     await self._forget_topology()
             else:
-                if failures:
-                    log.info(
-                        "delayq: %s: Redis reachable again after %d failed tries",
-                        printable(self._label),
-                        failures,
-                    )
+                if self._outage:
+                    self._recovered()
                 self._connected = True
                 if failures and self._watch is not None:
                     master_reconnected(self._client)  # the pub/sub connection follows it
@@ -440,17 +492,41 @@ class Runner:
             failures += 1
             self._check_open()
             now = backend.monotonic()
+            if not isinstance(error, _Redirected):  # a slot that moved is no outage
+                self._failed(error, now)
             if deadline is not None and now >= deadline:
                 raise RedisUnavailable(
                     f"Redis at {self.where} unreachable after {failures} tries: {error}"
                 ) from error
-            if failures == 1 or failures % 20 == 0:
-                log.warning(
-                    "delayq: %s: Redis call failed (%s); retrying",
-                    printable(self._label),
-                    printable(error),
-                )
             await backend.sleep(backoff.pause(now, deadline))
+
+    # -- the log policy: an outage logs once when it starts and once when it ends -----------
+
+    def _failed(self, error: BaseException, now: float) -> None:
+        """A failed try: the first of an outage logs a warning, the others nothing (every
+        call of every queue on this runner fails during it; one line says so)."""
+        outage = _Outage(now)
+        began = self._outage.setdefault("now", outage)
+        began.tries += 1
+        if began is outage:
+            log.warning(
+                "delayq: %s: Redis call failed (%s); retrying (logged once until it answers)",
+                printable(self._label),
+                printable(error),
+            )
+        else:
+            log.debug("delayq: %s: Redis call failed (%s)", self._label, error)
+
+    def _recovered(self) -> None:
+        """A call got through: if an outage was under way, its end logs one info line."""
+        outage = self._outage.pop("now", None)
+        if outage is not None:
+            log.info(
+                "delayq: %s: Redis reachable again after %.1f s (%d failed tries)",
+                printable(self._label),
+                backend.monotonic() - outage.began,
+                outage.tries,
+            )
 
     async def _forget_topology(self) -> None:
         """A node was lost: forget what MOVED taught and ask the cluster again."""

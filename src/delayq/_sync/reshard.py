@@ -49,7 +49,8 @@ def reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "dq") ->
         _announce(conn, prefix, sharding.layout_names(name, layout)[0])
         return new.encode()
     finally:
-        conn.close()
+        if not runner.shared(redis):  # a runner or a handle passed in stays open
+            conn.close()
 
 
 def finish_reshard(name: str, redis: Any = None, *, prefix: str = "dq") -> str:
@@ -78,7 +79,8 @@ def finish_reshard(name: str, redis: Any = None, *, prefix: str = "dq") -> str:
         _announce(conn, prefix, old)
         return done.encode()
     finally:
-        conn.close()
+        if not runner.shared(redis):  # a runner or a handle passed in stays open
+            conn.close()
 
 
 def _announce(conn: runner.Runner, prefix: str, names: list[str]) -> None:

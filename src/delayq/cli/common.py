@@ -20,17 +20,18 @@ from redis.exceptions import RedisClusterException, RedisError
 from rich.console import Console
 from rich.text import Text
 
-from .. import DelayqError, DelayQueue
+from .. import Connection, DelayqError, DelayQueue
 from .._core import sharding
 from .._core.keys import KEY_ROLES, QueueKeys
+from .._core.registry import Registry, registry_key
 from .._core.text import printable
 from .._core.urls import mask_secrets, safe_url
-from .._sync import backend, runner
 from ..exceptions import ConfigError
 from . import parse
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
-CALL_TIMEOUT = 3.0  # seconds a command keeps retrying an unreachable Redis
+CALL_TIMEOUT = 3.0  # seconds a command keeps retrying an unreachable Redis (reconnect_timeout)
+CLIENT_NAME = "delayq-cli"  # the CLIENT SETNAME of a command's connections
 MAX_LIMIT = 10_000  # most tasks one page of inspect or dead lists
 
 out = Console(highlight=False)
@@ -111,61 +112,50 @@ TASK_ROLES = ("delayed", "tasks", "inflight", "dead")
 
 
 class Session:
-    """One Redis client shared by the queues a command touches."""
+    """One connection handle (``delayq.connect``) shared by the queues a command touches."""
 
     def __init__(self, url: str, prefix: str) -> None:
         QueueKeys(prefix, "x")  # validates the prefix
         self.url, self.prefix = url, prefix
         try:
-            self.runner = runner.connect(url, "delayq-cli", CALL_TIMEOUT)
-            self.client = backend.resolve(self.runner.client)
+            self.conn = Connection(
+                url, reconnect_timeout=CALL_TIMEOUT, prefix=prefix, client_name=CLIENT_NAME
+            )
         except ConfigError as exc:
             bad(f"--redis: {exc}")
         except (RedisError, RedisClusterException) as exc:
             raise CliError(f"cannot reach Redis at {safe_url(url)}: {exc}") from exc
-        self.queues: list[DelayQueue] = []
-        self._shard_counts: dict[str, int] | None = None
+        self.runner = self.conn.runner
+        self._layouts: Registry | None = None
 
     def queue(self, name: str, **options: Any) -> DelayQueue:
-        q = DelayQueue(
-            name, self.client, prefix=self.prefix, reconnect_timeout=CALL_TIMEOUT, **options
-        )
-        self.queues.append(q)
-        return q
+        """A queue on the command's handle (closed with the session)."""
+        return self.conn.queue(name, **options)
 
     def shard_counts(self) -> dict[str, int]:
         """The shard count Redis recorded for each sharded queue (read once per command)."""
-        if self._shard_counts is None:
-            try:
-                raw = self.runner.command("HGETALL", sharding.shards_key(self.prefix))
-            except (RedisError, DelayqError) as exc:
-                raise CliError(f"cannot read queue shard counts: {exc}") from exc
-            self._shard_counts = {n: lay.shards for n, lay in sharding.layouts_of(raw).items()}
-        return self._shard_counts
+        if self._layouts is None:
+            self._layouts = self.read_registry()
+        return self._layouts.shard_counts()
 
     @property
     def registry(self) -> str:
-        return QueueKeys(self.prefix, "x").registry
+        return registry_key(self.prefix)
 
-    def registry_members(self) -> list[bytes]:
-        """The raw members of the registry set ``<prefix>:queues``."""
+    def read_registry(self) -> Registry:
+        """The registry ``<prefix>:queues`` and the layouts ``<prefix>:shards``, as read now."""
         try:
-            return list(self.runner.command("SMEMBERS", self.registry))
+            return self.conn.registry()
         except (RedisError, DelayqError) as exc:
             raise CliError(f"cannot read {self.registry} from {safe_url(self.url)}: {exc}") from exc
 
     def registered(self, *, quiet: bool = False) -> list[str]:
         """The valid queue names in the registry, sorted (a warning for each invalid one)."""
-        valid = []
-        for raw in sorted(set(self.registry_members())):
-            name = raw.decode(errors="backslashreplace")
-            try:
-                QueueKeys(self.prefix, name)
-                valid.append(name)
-            except ConfigError:
-                if not quiet:
-                    warn(f"warning: skipping invalid queue name {name!r} in {self.registry}")
-        return valid
+        registry = self.read_registry()
+        if not quiet:
+            for name in registry.invalid:
+                warn(f"warning: skipping invalid queue name {name!r} in {self.registry}")
+        return list(registry.names)
 
     def holds_keys(self, name: str, roles: Sequence[str] = DATA_ROLES) -> int:
         """How many of the queue's keys (of ``roles``) exist; a sharded queue's are its
@@ -182,7 +172,7 @@ class Session:
         """Whether the queue exists: the registry lists it, Redis recorded its shard count,
         or it holds any key."""
         QueueKeys(self.prefix, name)  # validates the name
-        if int(self.runner.command("SISMEMBER", self.registry, name)):
+        if self.conn.is_registered(name):
             return True
         return name in self.shard_counts() or self.holds_keys(name) > 0
 
@@ -200,9 +190,8 @@ class Session:
         )
 
     def close(self) -> None:
-        for q in self.queues:
-            q.close()
-        self.runner.close()
+        """Close the handle: the queues opened on it, then its connections."""
+        self.conn.close()
 
 
 @contextmanager

@@ -10,6 +10,7 @@ import typer
 
 from .. import DelayQueue
 from .._core.keys import QueueKeys
+from .._core.registry import member_text
 from ..exceptions import ConfigError
 from . import render
 from .common import (
@@ -156,8 +157,8 @@ def prune(
     removed: list[str] = []
     kept = 0
     with session(redis, prefix) as s:
-        for raw in sorted(set(s.registry_members())):
-            name = raw.decode(errors="backslashreplace")
+        for raw in s.read_registry().members:
+            name = member_text(raw)
             try:
                 QueueKeys(prefix, name)
             except ConfigError:

@@ -10,13 +10,14 @@ from typing import Annotated, Any
 
 import typer
 
-from .. import AsyncDelayQueue, DelayQueue
+from .. import aconnect, connect
 from .. import worker as runtime
 from ..metrics import cli as metrics_cli
 from . import parse
 from .common import DEFAULT_URL, CliError, PrefixOpt, RedisOpt, Session, bad, warn
 
 app = typer.Typer()  # its commands are top-level ones of `delayq` (see app.py)
+WORKER_CLIENT = "delayq-worker"  # the CLIENT SETNAME of `delayq worker`'s connections
 
 
 @app.command()
@@ -143,24 +144,20 @@ def worker(
             redis, queue, metrics_port, metrics_host, prefix
         )
     options["handle_signals"] = True  # the command owns its process: SIGTERM/SIGINT stop it
+    # One handle for every --queue: one pool and one pub/sub connection per Redis node,
+    # whatever the number of queues and shards; closing it closes the queues.
     if runtime.is_coroutine_function(handler):
 
         async def run_async() -> None:
-            qs = [AsyncDelayQueue(name, redis, **queue_options) for name in queue]
-            try:
+            async with aconnect(redis, prefix=prefix, client_name=WORKER_CLIENT) as conn:
+                qs = [conn.queue(name, **queue_options) for name in queue]
                 await runtime.AsyncWorker(qs, handler, concurrency=concurrency, **options).run()
-            finally:
-                for q in qs:
-                    await q.close()
 
         asyncio.run(run_async())
     else:
-        qs = [DelayQueue(name, redis, **queue_options) for name in queue]
-        try:
+        with connect(redis, prefix=prefix, client_name=WORKER_CLIENT) as conn:
+            qs = [conn.queue(name, **queue_options) for name in queue]
             runtime.Worker(qs, handler, concurrency=concurrency, **options).run()
-        finally:
-            for q in qs:
-                q.close()
     if server is not None:
         server.stop()
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .. import DelayQueue, TaskState
+from .. import TaskState
 from . import parse, render
 from .common import (
     DEFAULT_URL,
@@ -78,16 +78,11 @@ def stats(
     """
     overdue = parse.duration(overdue_after, "--overdue-after")
     with session(redis, prefix) as s:
-        opened: dict[str, DelayQueue] = {}
-
         checked: set[str] = set()
 
         def read() -> list[Any]:
             names = list(queues or []) or s.registered()
-            for n in names:
-                if n not in opened:
-                    opened[n] = s.queue(n, overdue_after=overdue)
-            rows = [opened[n].stats() for n in names]
+            rows = s.conn.stats(names, overdue_after=overdue)  # one round per Redis node
             for row in rows:
                 # An empty reply may be a misspelt name: checked once per named queue.
                 if queues and row.queue not in checked and not (row.total or row.counters):

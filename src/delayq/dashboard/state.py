@@ -15,6 +15,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.templating import Jinja2Templates
 
 from .._core.text import utf8_safe
+from .._core.timing import Duration, duration_ms
 from ..exceptions import ConfigError
 from . import security, views
 from .monitor import Monitor, Snapshot
@@ -38,7 +39,7 @@ class Settings:
     window_s: float = 3600.0  # history kept for the charts (in memory)
     bin_s: float = 60.0  # one chart point per bin
     refresh_s: float = 5.0  # the pages reload their figures this often (0: never)
-    redis_timeout_s: float = 2.0
+    reconnect_timeout: Duration = 2.0  # how long a page waits for an unreachable Redis
     # Host header names served besides the loopback ones, token or not: without the check a
     # web page could rebind its own name to this address (DNS rebinding), then read the
     # dashboard and post its forms, or guess the token, from a victim's browser.
@@ -48,10 +49,14 @@ class Settings:
     def __post_init__(self) -> None:
         security.check_token(self.token)
         security.check_allowed_hosts(self.allowed_hosts)
-        for name in ("sample_interval_s", "window_s", "bin_s", "redis_timeout_s"):
+        for name in ("sample_interval_s", "window_s", "bin_s"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0 < value < math.inf:
                 raise ConfigError(f"{name} must be a number > 0, got {value!r}")
+        try:  # seconds or a timedelta, as everywhere a retry budget is taken
+            duration_ms(self.reconnect_timeout, "reconnect_timeout", allow_zero=False)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
         if not isinstance(self.history_queues, int) or self.history_queues < 0:
             raise ConfigError(f"history_queues must be an int >= 0, got {self.history_queues!r}")
 
@@ -80,7 +85,7 @@ class Dashboard:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.monitor = Monitor(
-            settings.redis_url, settings.prefix, timeout=settings.redis_timeout_s
+            settings.redis_url, settings.prefix, reconnect_timeout=settings.reconnect_timeout
         )
         self.history = History(
             settings.window_s, settings.sample_interval_s, settings.history_queues

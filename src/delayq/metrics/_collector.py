@@ -13,15 +13,18 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
-from .._core import protocol, sharding
+from .._core import protocol
 from .._core.keys import QueueKeys
 from .._core.models import Stats
 from .._core.text import printable
-from .._core.timing import duration_ms
-from .._sync import runner
-from ..exceptions import ConfigError, DelayqError
+from .._core.timing import Duration, duration_ms
+from .._sync.connection import Connection, shared_or_new
+from ..exceptions import DelayqError
 
 log = logging.getLogger("delayq.metrics")
+
+CLIENT_NAME = "delayq-exporter"
+DEFAULT_RECONNECT_S = 3.0  # a scrape rides out a short blip, then reports delayq_exporter_up 0
 
 STATES = ("delayed", "ready", "inflight", "dead")
 # Redis counters hash field (= metric name without delayq_ and _total) -> help text.
@@ -47,40 +50,48 @@ stats_of = protocol.stats_from_reply
 class QueueCollector(Collector):
     """Reads the stats of delayq queues from Redis on every scrape.
 
-    ``queues``: the names to report; None reads the registry set ``<prefix>:queues`` on each
-    scrape (every queue ever offered to). One scrape costs one ``SMEMBERS`` (only without
-    ``queues``) and one pipelined round of ``stats`` script calls, each O(log N): no scans.
-    ``overdue_after`` (seconds) is the overdue threshold, as the queues' own option. With a
-    ``RedisCluster`` client the calls go one by one (redis-py refuses EVALSHA in cluster
-    pipelines), each to the node of its queue's slot.
+    ``redis``: a URL, a client, or a connection handle (:func:`delayq.connect`, shared
+    with the rest of the program and left open by :meth:`close`). ``queues``: the names to
+    report; None reads the registry set ``<prefix>:queues`` on each scrape (every queue ever
+    offered to). One scrape costs one ``SMEMBERS`` (only without ``queues``), one ``HGETALL``
+    of the sharded queues' layouts and one pipelined round of ``stats`` script calls per
+    Redis node, each O(log N): no scans. ``overdue_after``
+    (seconds) is the overdue threshold, as the queues' own option. ``reconnect_timeout``:
+    how long a scrape rides out a blip before it reports ``delayq_exporter_up 0`` (None: 3 s,
+    or the handle's own); ``prefix`` None: the handle's, else ``"dq"``.
 
     When Redis does not answer, the scrape still succeeds with ``delayq_exporter_up 0`` and
     no queue samples. An outage is logged once, at its first failed scrape (a warning with
     the error), and its end once (an info line, "available again", with how long it
-    lasted): a scrape every 15 s must not write a line every 15 s.
+    lasted): a scrape every 15 s must not write a line every 15 s. (The connection layer
+    logs the outage once too, at its start and at its end.)
     """
 
     def __init__(
         self,
         redis: Any = None,
         *,
-        prefix: str = "dq",
+        prefix: str | None = None,
         queues: Iterable[str] | None = None,
         overdue_after: float = 1.0,
-        timeout: float = 3.0,
+        reconnect_timeout: Duration | None = None,
     ) -> None:
-        QueueKeys(prefix, "x")  # validates the prefix
-        self.prefix = prefix
-        self.queues = None if queues is None else [QueueKeys(prefix, n).name for n in queues]
-        self._overdue_ms = duration_ms(overdue_after, "overdue_after")
-        # A scrape rides out a short blip, then reports delayq_exporter_up 0.
-        self._runner = runner.connect(redis, "delayq-exporter", timeout)
+        if reconnect_timeout is None and not isinstance(redis, Connection):
+            reconnect_timeout = DEFAULT_RECONNECT_S
+        self._conn, self._owns_conn = shared_or_new(
+            redis, reconnect_timeout=reconnect_timeout, prefix=prefix, client_name=CLIENT_NAME
+        )
+        self.prefix = self._conn.prefix
+        self.queues = None if queues is None else [QueueKeys(self.prefix, n).name for n in queues]
+        duration_ms(overdue_after, "overdue_after")  # validates it
+        self._overdue_after = overdue_after
         self._outage_since: float | None = None  # monotonic time of the first failed scrape
         self._outage_lock = threading.Lock()  # scrapes may run on several server threads
 
     def close(self) -> None:
-        """Close the Redis client if this collector created it."""
-        self._runner.close()
+        """Close the Redis connections if this collector made them (not a handle passed in)."""
+        if self._owns_conn:
+            self._conn.close()
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -88,36 +99,19 @@ class QueueCollector(Collector):
         """The queues a scrape reports: the given ones or the registry's valid names."""
         if self.queues is not None:
             return list(self.queues)
-        raw = self._runner.command("SMEMBERS", QueueKeys(self.prefix, "x").registry)
-        names = []
-        for value in sorted(v.decode(errors="replace") if isinstance(v, bytes) else v for v in raw):
-            try:
-                names.append(QueueKeys(self.prefix, value).name)
-            except ConfigError:
-                log.debug("delayq exporter: skipping invalid queue name %r", value)
-        return names
+        return self._conn.queues()
 
     def read(self) -> list[Stats]:
         """The stats of every reported queue, in one round trip per Redis node (raises
         :class:`RedisUnavailable` or :class:`ServerError`). A sharded queue's shards are read
         in the same round and summed, each shard in ``Stats.shards``."""
-        names = self.names()
-        if not names:
-            return []
-        raw = self._runner.command("HGETALL", sharding.shards_key(self.prefix))
-        plan = sharding.StatsPlan(self.prefix, names, sharding.layouts_of(raw), self._overdue_ms)
-        return plan.stats(self._runner.many(plan.calls))
+        return self._conn.stats(self.queues, overdue_after=self._overdue_after)
 
     # -- prometheus -------------------------------------------------------------------------
 
     def snapshot(self) -> tuple[list[Stats], bool, float]:
         """One scrape's reading: the stats, whether Redis answered, and the seconds it took."""
         started = time.perf_counter()
-        # During an outage already logged, the connection layer's own "call failed,
-        # retrying" warning (one per call, so one per scrape) is dropped for this thread.
-        muted = self._outage_since is not None
-        if muted:
-            _RETRY_NOISE.mute()
         try:
             rows, up = self.read(), True
         except (DelayqError, RedisError, OSError) as exc:
@@ -125,9 +119,6 @@ class QueueCollector(Collector):
             rows, up = [], False
         else:
             self._recovered()
-        finally:
-            if muted:
-                _RETRY_NOISE.unmute()
         return rows, up, time.perf_counter() - started
 
     def _failed(self, exc: BaseException) -> None:
@@ -180,35 +171,6 @@ class QueueCollector(Collector):
                 else:
                     out.append(f"{sample} {_number(value)}\n")
         return "".join(out)
-
-
-class _MutedThreads(logging.Filter):
-    """Drops the records of the ``delayq`` logger (the connection layer's) emitted by the
-    threads that muted it, and only while they do; other threads log as usual."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._muted: dict[int, int] = {}  # thread id -> nesting depth
-        self._lock = threading.Lock()
-
-    def mute(self) -> None:
-        with self._lock:
-            ident = threading.get_ident()
-            self._muted[ident] = self._muted.get(ident, 0) + 1
-
-    def unmute(self) -> None:
-        with self._lock:
-            ident = threading.get_ident()
-            depth = self._muted.pop(ident, 1) - 1
-            if depth:
-                self._muted[ident] = depth
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return threading.get_ident() not in self._muted
-
-
-_RETRY_NOISE = _MutedThreads()
-logging.getLogger("delayq").addFilter(_RETRY_NOISE)  # a logger filter: its own records only
 
 
 Labels = tuple[tuple[str, str], ...]

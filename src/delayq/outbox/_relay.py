@@ -22,9 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .._async.connection import AsyncConnection, shared_or_new
 from .._async.queue import AsyncDelayQueue
 from .._core.models import DedupMode
 from .._core.protocol import OfferSpec
+from .._core.timing import Duration, duration_ms
 from .._core.urls import mask_secrets
 from ..exceptions import ConfigError, DelayqError, InvalidTaskError, RedisUnavailable, ServerError
 from ._conn import require_psycopg
@@ -35,6 +37,7 @@ log = logging.getLogger("delayq.outbox")
 
 _FIRST_BACKOFF_S: Final = 0.05
 APP_NAME: Final = "delayq-relay"  # pg_stat_activity's application_name of a relay's sessions
+DEFAULT_RECONNECT_S: Final = 5.0  # a Redis call's retries before the batch rolls back
 # Redis errors that say nothing about the row being applied: wait and try the batch again.
 _REDIS_DOWN: Final = (RedisUnavailable, ServerError)
 _SESSION_DEFAULTS: Final = {
@@ -69,12 +72,16 @@ class AsyncRelay:
     Args:
         dsn: the PostgreSQL connection string (the relay keeps two connections: one LISTENs,
             one claims rows).
-        redis: a Redis URL or ``redis.asyncio`` client, as for ``AsyncDelayQueue``.
+        redis: a Redis URL or ``redis.asyncio`` client, as for ``AsyncDelayQueue``, or a
+            connection handle (:func:`delayq.aconnect`, shared and left open). Every queue
+            the relay feeds, of any prefix, is opened on one handle: one pool per Redis
+            node, not one per queue.
         table, schema: the outbox table, as given to the ``Outbox``.
         batch_size: rows claimed per database transaction.
         sweep_interval: seconds between looks at the table when no notification arrives;
             only bounds the delay of a row whose notification was lost.
-        redis_timeout: how long one Redis call keeps retrying before the batch rolls back.
+        reconnect_timeout: how long one Redis call keeps retrying before the batch rolls
+            back (seconds or a timedelta); None: 5 s, or a handle's own.
         max_backoff: the longest wait between reconnection attempts.
         name: the relay's ``application_name`` in ``pg_stat_activity``.
     """
@@ -88,7 +95,7 @@ class AsyncRelay:
         schema: str | None = None,
         batch_size: int = DEFAULT_BATCH,
         sweep_interval: float = 5.0,
-        redis_timeout: float = 5.0,
+        reconnect_timeout: Duration | None = None,
         max_backoff: float = 5.0,
         name: str = APP_NAME,
     ) -> None:
@@ -99,13 +106,16 @@ class AsyncRelay:
             raise ConfigError("the relay needs a PostgreSQL DSN (a connection string)")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ConfigError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        for name, value in (
-            ("sweep_interval", sweep_interval),
-            ("redis_timeout", redis_timeout),
-            ("max_backoff", max_backoff),
-        ):
+        for name, value in (("sweep_interval", sweep_interval), ("max_backoff", max_backoff)):
             if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
                 raise ConfigError(f"{name} must be a number of seconds > 0, got {value!r}")
+        if reconnect_timeout is None and not isinstance(redis, AsyncConnection):
+            reconnect_timeout = DEFAULT_RECONNECT_S
+        if reconnect_timeout is not None:
+            try:
+                duration_ms(reconnect_timeout, "reconnect_timeout", allow_zero=False)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from exc
         self._psycopg = require_psycopg()
         self._dsn = dsn
         self._redis = redis
@@ -114,7 +124,13 @@ class AsyncRelay:
         self._bury = for_psycopg(self._schema.bury)
         self._batch = batch_size
         self._sweep_s = float(sweep_interval)
-        self._redis_timeout = float(redis_timeout)
+        self._reconnect_timeout = reconnect_timeout
+        # A handle passed in is checked now; one of the relay's own is made on first use,
+        # in the loop that runs the relay.
+        self._conn: AsyncConnection | None = None
+        self._owns_conn = False
+        if isinstance(redis, AsyncConnection):
+            self._conn, self._owns_conn = shared_or_new(redis, reconnect_timeout=reconnect_timeout)
         self._max_backoff = float(max_backoff)
         self._queues: dict[tuple[str, str], AsyncDelayQueue] = {}
         self._known_queues: set[tuple[str, str]] = set()
@@ -172,10 +188,14 @@ class AsyncRelay:
             await conn.close()
 
     async def close(self) -> None:
-        """Close the relay's queues (``run`` does it on return)."""
+        """Close the relay's queues and its connection handle, unless it was given one
+        (``run`` does it on return)."""
         queues, self._queues = list(self._queues.values()), {}
         for queue in queues:
             await queue.close()
+        conn, self._conn = self._conn, None
+        if conn is not None and self._owns_conn:
+            await conn.close()
 
     async def __aenter__(self) -> AsyncRelay:
         return self
@@ -320,9 +340,11 @@ class AsyncRelay:
     def _queue(self, prefix: str, name: str) -> AsyncDelayQueue:
         queue = self._queues.get((prefix, name))
         if queue is None:
-            queue = AsyncDelayQueue(
-                name, self._redis, prefix=prefix, reconnect_timeout=self._redis_timeout
-            )
+            if self._conn is None:
+                self._conn, self._owns_conn = shared_or_new(
+                    self._redis, reconnect_timeout=self._reconnect_timeout, client_name=APP_NAME
+                )
+            queue = self._conn.queue(name, prefix=prefix)
             self._queues[(prefix, name)] = queue
         return queue
 

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ...queues import close_queues
 from ...worker import build_worker
 
 
@@ -45,3 +46,4 @@ class Command(BaseCommand):
         finally:
             for queue in queues:
                 queue.close()
+            close_queues()  # and the process's connection handle under them
