@@ -349,6 +349,8 @@ class Runner:
         for (_, keys, _), reply in zip(calls, replies, strict=True):
             if isinstance(reply, ResponseError):
                 kind = _classify(reply)
+                if kind is Failure.MOVED and not self._cluster:
+                    raise reply  # a plain URL to a cluster node: a clear error, not a retry
                 if kind is Failure.MOVED:
                     self._slots[key_slot(keys[0].encode())] = redirect_of(_reply_text(reply))[1:]
                     raise _Redirected(str(reply))
