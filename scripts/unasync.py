@@ -37,6 +37,8 @@ PAIRS: list[tuple[str, str]] = [
     ("src/delayq/_async/shard.py", "src/delayq/_sync/shard.py"),
     ("src/delayq/_async/reshard.py", "src/delayq/_sync/reshard.py"),
     ("src/delayq/_async/consumer.py", "src/delayq/_sync/consumer.py"),
+    ("src/delayq/_async/subscriber.py", "src/delayq/_sync/subscriber.py"),
+    ("src/delayq/_async/sentinel.py", "src/delayq/_sync/sentinel.py"),
     # the outbox
     ("src/delayq/outbox/_async/outbox.py", "src/delayq/outbox/_sync/outbox.py"),
     # tests of both front ends (flavor.py is written by hand on each side)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -18,11 +17,10 @@ from redis.connection import HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 
-from .._core.connection import FailoverNews, Target, Topology, failover_news, new_master_of
+from .._core.connection import Target, Topology
 from .._core.urls import safe_url
 from ..exceptions import ConfigError
 
-log = logging.getLogger("delayq")
 monotonic = time.monotonic
 CONNECTION_ERRORS = (ConnectionError, TimeoutError, OSError)
 
@@ -174,45 +172,6 @@ def pubsub_connection(client: Any, address: tuple[str, int] | None) -> Any:
     return node.connection_class(**node.connection_kwargs)
 
 
-def pubsub_where(client: Any) -> str:
-    """The server a non-cluster client's pub/sub connection goes to, for log lines."""
-    pool = client.connection_pool
-    if isinstance(pool, SentinelConnectionPool):
-        return f"the master of {pool.service_name}"
-    kwargs = pool.connection_kwargs
-    if kwargs.get("path"):
-        return str(kwargs["path"])
-    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
-
-
-def peer_of(conn: Any) -> tuple[str, int] | None:
-    """The address a connection went to (None for a Unix socket)."""
-    host, port = getattr(conn, "host", None), getattr(conn, "port", None)
-    return (host, int(port)) if isinstance(host, str) and port is not None else None
-
-
-def master_address(client: Any) -> tuple[str, int] | None:
-    """The master a Sentinel client's connections last went to (None: not a Sentinel one)."""
-    address = getattr(getattr(client, "connection_pool", None), "master_address", None)
-    return (str(address[0]), int(address[1])) if address else None
-
-
-def write_now(conn: Any, commands: list[tuple[str, ...]]) -> None:
-    """Queue ``commands`` on a connected ``conn`` at once, in this order, without waiting:
-    redis-py's own send may wait in a task of its own (``wait_for``), so two sends could
-    swap; a failed write shows up in the reader task as a lost connection."""
-    writer = getattr(conn, "_writer", None) if conn is not None else None
-    if writer is None or not commands or writer.is_closing():
-        return
-    writer.writelines(conn.pack_commands(commands))
-
-
-async def hang_up(conn: Any) -> None:
-    """Close ``conn`` without waiting on the server (which may be hung)."""
-    with contextlib.suppress(Exception):
-        await conn.disconnect(nowait=True)
-
-
 async def ensure_connected(conn: Any) -> None:
     """Connect ``conn`` through its own ``connect()``: redis-py's send path reconnects with
     the base class's, which makes a Sentinel connection dial the old master's address again
@@ -221,116 +180,78 @@ async def ensure_connected(conn: Any) -> None:
         await conn.connect()
 
 
-# What a sentinel announces about a failover (SENTINEL's pub/sub channels), and how long calls
-# wait between a promotion's start and the new master's announcement before they go on.
-SENTINEL_EVENTS = (
-    "+failover-state-send-slaveof-noone",
-    "+switch-master",
-    "-failover-abort-not-elected",
-    "-failover-abort-no-good-slave",
-    "-failover-abort-slave-timeout",
-)
-HOLD_S = 10.0
+Lock = contextlib.nullcontext  # one task runs at a time: nothing to lock
+Interrupted = asyncio.CancelledError  # what a kick raises in the task it lands in
 
 
-class SentinelWatch:
-    """Follows the sentinels' announcements of a Sentinel client's failovers.
+class Wire:
+    """One pub/sub connection and the task that reads it: the subscriber's and the Sentinel
+    watch's I/O. ``kick()`` cancels the task wherever it is (it takes the cancel as a kick
+    with ``kick_taken()``); ``close()`` cancels it for good."""
 
-    When the leading sentinel is about to promote a replica (``+failover-state-send-slaveof-
-    noone``), calls wait; when it announces the new master (``+switch-master``), the client's
-    connections are dropped (they reconnect through the sentinels, to the new master) and
-    calls go on. Without this, a graceful failover leaves the old master taking writes until
-    Sentinel demotes it, seconds later, and its demotion discards them. Every sentinel is
-    watched: only the leader announces the promotion. ``on_switch`` is called after each
-    switch with the new master's address (the subscriber's pub/sub connections follow).
-    Any other client: does nothing.
-    """
+    def __init__(self) -> None:
+        self.closing = False
+        self._kicked = False
+        self._task: asyncio.Task[None] | None = None
+        self._conn: Any = None
 
-    def __init__(
-        self, client: Any, on_switch: Callable[[tuple[str, int] | None], None] | None = None
-    ) -> None:
-        pool = getattr(client, "connection_pool", None)
-        self._pool = pool if isinstance(pool, SentinelConnectionPool) else None
-        self._on_switch = on_switch  # told of a new master after the connections were dropped
-        self._tasks: list[asyncio.Task[None]] = []
-        self._open: asyncio.Event | None = None  # set: calls may go; clear: a promotion
-        self._held_until = 0.0
+    def start(self, run: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+        self._task = asyncio.create_task(run(), name=name)
 
-    def start(self) -> None:
-        if self._pool is None or self._tasks:
-            return
-        self._open = asyncio.Event()
-        self._open.set()
-        self._tasks = [
-            asyncio.ensure_future(self._watch(sentinel))
-            for sentinel in self._pool.sentinel_manager.sentinels
-        ]
+    def kick(self) -> None:
+        """Drop the connection and dial again at once (wherever the task is)."""
+        if self._task is not None and not self.closing and not self._kicked:
+            self._kicked = True
+            self._task.cancel()
 
-    async def wait(self, deadline: float | None) -> bool:
-        """Wait while a promotion is under way, until ``deadline`` at the most (or HOLD_S
-        after the promotion began); whether calls may go now."""
-        if self._open is None or self._open.is_set():
-            return True
-        until = self._held_until if deadline is None else min(self._held_until, deadline)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._open.wait(), max(until - time.monotonic(), 0))
-        return self._open.is_set() or time.monotonic() >= self._held_until
+    def kick_taken(self) -> bool:
+        """An Interrupted came: whether it was a kick (go on, dialling again at once)."""
+        task = asyncio.current_task()
+        if self.closing or not self._kicked or task is None:
+            return False
+        task.uncancel()
+        self._kicked = False
+        return True
 
-    async def _event(self, sentinel: Any, channel: str, data: bytes) -> None:
-        assert self._pool is not None and self._open is not None
-        news = failover_news(channel, data, self._pool.service_name)
-        if news is FailoverNews.SWITCHED:
-            log.info("delayq: Sentinel switched the master: %s", data.decode(errors="replace"))
-            # Ask this sentinel first from now on: the others may still name the old master
-            # for a second or two, and a reconnect there would write to it again.
-            sentinels = self._pool.sentinel_manager.sentinels
-            if sentinel in sentinels:
-                sentinels.remove(sentinel)
-                sentinels.insert(0, sentinel)
-            await self._pool.disconnect()
-            self._open.set()
-            if self._on_switch is not None:
-                self._on_switch(new_master_of(data))
-        elif news is FailoverNews.PROMOTING:
-            self._held_until = time.monotonic() + HOLD_S
-            self._open.clear()
-        elif news is FailoverNews.ABORTED:  # the old master stays
-            self._open.set()
-
-    async def _watch(self, sentinel: Any) -> None:
-        assert self._open is not None
-        backoff = 0.05
-        while True:
-            pubsub = sentinel.pubsub()
-            try:
-                await pubsub.subscribe(*SENTINEL_EVENTS)
-                backoff = 0.05
-                while True:
-                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5)
-                    if message is None:
-                        if not self._open.is_set() and time.monotonic() > self._held_until:
-                            self._open.set()  # no new master announced in time: go on
-                        continue
-                    channel = message["channel"]
-                    channel = channel.decode() if isinstance(channel, bytes) else channel
-                    await self._event(sentinel, channel, bytes(message["data"]))
-            except Exception as exc:  # a sentinel down: try it again after a pause
-                log.debug("delayq: watching a sentinel failed (%s); retrying", exc)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+    def retire(self) -> None:
+        """No more tries after this one."""
+        self.closing = True
 
     async def close(self) -> None:
-        tasks, self._tasks = self._tasks, []
-        for task in tasks:
+        self.closing = True
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
             task.cancel()
-        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._open is not None:
-            self._open.set()
+
+    async def dial(self, conn: Any) -> None:
+        self._conn = conn
+        await conn.connect()
+
+    def send(self, commands: Sequence[tuple[str, ...]]) -> None:
+        """Queue ``commands`` at once, in this order, without waiting: redis-py's own send may
+        wait in a task of its own (``wait_for``), so two sends could swap; a failed write shows
+        up in the reading task as a lost connection."""
+        writer = getattr(self._conn, "_writer", None)
+        if writer is None or not commands or writer.is_closing():
+            return
+        writer.writelines(self._conn.pack_commands(commands))
+
+    async def read(self, timeout: float) -> Any:
+        """The next reply or pushed message; None after ``timeout`` seconds of silence."""
+        return await self._conn.read_response(timeout=timeout, push_request=True)
+
+    async def pause(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def hang_up(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await disconnect(conn)
+
+    def end(self) -> None:
+        """Release what a forked child holds of the wire (nothing here: no fork with a loop)."""
 
 
 class Hold:
@@ -373,7 +294,8 @@ async def disconnect(conn: Any) -> None:
 
 
 class Bell:
-    """Wakes a waiter on news from any of several notifiers (a sharded queue's shards)."""
+    """Wakes whoever waits for a condition when it may have changed: news on any of a sharded
+    queue's shards, a subscription gone live, the end of a Sentinel promotion."""
 
     def __init__(self) -> None:
         self._event = asyncio.Event()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
-import logging
 import os
+import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis as redis_lib
@@ -19,11 +20,10 @@ from redis.exceptions import RedisClusterException, RedisError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
-from .._core.connection import FailoverNews, Target, Topology, failover_news, new_master_of
+from .._core.connection import Target, Topology
 from .._core.urls import safe_url
 from ..exceptions import ConfigError
 
-log = logging.getLogger("delayq")
 monotonic = time.monotonic
 CONNECTION_ERRORS = (ConnectionError, TimeoutError, OSError)
 
@@ -194,29 +194,6 @@ def pubsub_connection(client: Any, address: tuple[str, int] | None) -> Any:
     return pool.connection_class(**pool.connection_kwargs)
 
 
-def pubsub_where(client: Any) -> str:
-    """The server a non-cluster client's pub/sub connection goes to, for log lines."""
-    pool = client.connection_pool
-    if isinstance(pool, SentinelConnectionPool):
-        return f"the master of {pool.service_name}"
-    kwargs = pool.connection_kwargs
-    if kwargs.get("path"):
-        return str(kwargs["path"])
-    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
-
-
-def peer_of(conn: Any) -> tuple[str, int] | None:
-    """The address a connection went to (None for a Unix socket)."""
-    host, port = getattr(conn, "host", None), getattr(conn, "port", None)
-    return (host, int(port)) if isinstance(host, str) and port is not None else None
-
-
-def master_address(client: Any) -> tuple[str, int] | None:
-    """The master a Sentinel client's connections last went to (None: not a Sentinel one)."""
-    address = getattr(getattr(client, "connection_pool", None), "master_address", None)
-    return (str(address[0]), int(address[1])) if address else None
-
-
 def ensure_connected(conn: Any) -> None:
     """Connect ``conn`` through its own ``connect()``: redis-py's send path reconnects with
     the base class's, which makes a Sentinel connection dial the old master's address again
@@ -225,127 +202,134 @@ def ensure_connected(conn: Any) -> None:
         conn.connect()
 
 
-# What a sentinel announces about a failover (SENTINEL's pub/sub channels), and how long calls
-# wait between a promotion's start and the new master's announcement before they go on.
-SENTINEL_EVENTS = (
-    "+failover-state-send-slaveof-noone",
-    "+switch-master",
-    "-failover-abort-not-elected",
-    "-failover-abort-no-good-slave",
-    "-failover-abort-slave-timeout",
-)
-HOLD_S = 10.0
+Lock = threading.RLock
+JOIN_S = 2.0  # how long close() waits for a wire's thread to end
 
 
-class SentinelWatch:
-    """Follows the sentinels' announcements of a Sentinel client's failovers.
+class Interrupted(Exception):
+    """A kick: drop the connection and dial again at once (a failover)."""
 
-    When the leading sentinel is about to promote a replica (``+failover-state-send-slaveof-
-    noone``), calls wait; when it announces the new master (``+switch-master``), the client's
-    connections are dropped (they reconnect through the sentinels, to the new master) and
-    calls go on. Without this, a graceful failover leaves the old master taking writes until
-    Sentinel demotes it, seconds later, and its demotion discards them. Every sentinel is
-    watched: only the leader announces the promotion. ``on_switch`` is called after each
-    switch with the new master's address (the subscriber's pub/sub connections follow).
-    Any other client: does nothing.
-    """
 
-    def __init__(
-        self, client: Any, on_switch: Callable[[tuple[str, int] | None], None] | None = None
-    ) -> None:
-        pool = getattr(client, "connection_pool", None)
-        self._pool = pool if isinstance(pool, SentinelConnectionPool) else None
-        self._on_switch = on_switch  # told of a new master after the connections were dropped
-        self._threads: list[threading.Thread] = []
-        self._stop = threading.Event()
-        self._open = threading.Event()  # set: calls may go; clear: a promotion is under way
-        self._open.set()
-        self._held_until = 0.0
-        self._conns: list[Any] = []
+class Wire:
+    """One pub/sub connection and the thread that alone reads and writes its socket (a TLS
+    socket must not be written by one thread while another reads it): other threads queue
+    commands with ``send()`` and wake it through a socket pair, as ``kick()`` (it raises
+    Interrupted there) and ``close()`` do. It never lets redis-py reconnect by itself inside
+    a read, so that ``close()`` can end it without Redis answering."""
 
-    def start(self) -> None:
-        if self._pool is None or self._threads:
-            return
-        for sentinel in self._pool.sentinel_manager.sentinels:
-            thread = threading.Thread(
-                target=self._watch, args=(sentinel,), name="delayq-sentinel", daemon=True
-            )
-            self._threads.append(thread)
-            thread.start()
+    def __init__(self) -> None:
+        self.closing = False
+        self._kicked = False
+        self._thread: threading.Thread | None = None
+        self._conn: Any = None
+        self._selector: selectors.BaseSelector | None = None
+        self._outbox: collections.deque[tuple[str, ...]] = collections.deque()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
 
-    def wait(self, deadline: float | None) -> bool:
-        """Wait while a promotion is under way, until ``deadline`` at the most (or HOLD_S
-        after the promotion began); whether calls may go now."""
-        if self._open.is_set():
-            return True
-        until = self._held_until if deadline is None else min(self._held_until, deadline)
-        self._open.wait(max(until - time.monotonic(), 0))
-        return self._open.is_set() or time.monotonic() >= self._held_until
+    def start(self, run: Callable[[], None], name: str) -> None:
+        self._thread = threading.Thread(target=self._main, args=(run,), name=name, daemon=True)
+        self._thread.start()
 
-    def _event(self, sentinel: Any, channel: str, data: bytes) -> None:
-        assert self._pool is not None
-        news = failover_news(channel, data, self._pool.service_name)
-        if news is FailoverNews.SWITCHED:
-            log.info("delayq: Sentinel switched the master: %s", data.decode(errors="replace"))
-            # Ask this sentinel first from now on: the others may still name the old master
-            # for a second or two, and a reconnect there would write to it again.
-            sentinels = self._pool.sentinel_manager.sentinels
-            if sentinel in sentinels:
-                sentinels.remove(sentinel)
-                sentinels.insert(0, sentinel)
-            self._pool.disconnect()
-            self._open.set()
-            if self._on_switch is not None:
-                self._on_switch(new_master_of(data))
-        elif news is FailoverNews.PROMOTING:
-            self._held_until = time.monotonic() + HOLD_S
-            self._open.clear()
-        elif news is FailoverNews.ABORTED:  # the old master stays
-            self._open.set()
+    def _main(self, run: Callable[[], None]) -> None:
+        try:
+            with contextlib.suppress(Interrupted):  # a kick that came with close(): it ends
+                run()
+        finally:
+            self.end()
 
-    def _watch(self, sentinel: Any) -> None:
-        pool = sentinel.connection_pool
-        backoff = 0.05
-        while not self._stop.is_set():
-            conn = pool.connection_class(**pool.connection_kwargs)
-            self._conns.append(conn)
-            try:
-                conn.connect()
-                conn.send_command("SUBSCRIBE", *SENTINEL_EVENTS)
-                for _ in SENTINEL_EVENTS:
-                    conn.read_response(push_request=True)
-                backoff = 0.05
-                while not self._stop.is_set():
-                    if not conn.can_read(timeout=5.0):
-                        if not self._open.is_set() and time.monotonic() > self._held_until:
-                            self._open.set()  # no new master announced in time: go on
-                        continue
-                    message = conn.read_response(push_request=True)
-                    if message and _str(message[0]) == "message":
-                        self._event(sentinel, _str(message[1]), bytes(message[2]))
-            except Exception as exc:  # a sentinel down: try it again after a pause
-                if not self._stop.is_set():
-                    log.debug("delayq: watching a sentinel failed (%s); retrying", exc)
-                    self._stop.wait(backoff)
-                    backoff = min(backoff * 2, 2.0)
-            finally:
-                self._conns.remove(conn)
-                with contextlib.suppress(Exception):
-                    conn.disconnect()
+    def kick(self) -> None:
+        """Drop the connection and dial again at once."""
+        self._kicked = True
+        self._poke()
+
+    def kick_taken(self) -> bool:
+        """An Interrupted came: whether it was a kick (go on, dialling again at once)."""
+        if self.closing or not self._kicked:
+            return False
+        self._kicked = False
+        return True
+
+    def retire(self) -> None:
+        """No more tries after this one."""
+        self.closing = True
+        self._poke()
 
     def close(self) -> None:
-        if not self._threads:
-            return
-        self._stop.set()
-        self._open.set()
-        for conn in list(self._conns):
-            sock = getattr(conn, "_sock", None)
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-        for thread in self._threads:
-            thread.join(2.0)
-        self._threads = []
+        self.retire()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(JOIN_S)
+
+    def dial(self, conn: Any) -> None:
+        self._conn = conn
+        conn.connect()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(conn._sock, selectors.EVENT_READ)
+        self._selector.register(self._wake_r, selectors.EVENT_READ)
+        self._check()  # a failover announced while it dialled: maybe to the old master
+
+    def send(self, commands: Sequence[tuple[str, ...]]) -> None:
+        """Queue ``commands`` for the thread to send, in this order (from any thread)."""
+        self._outbox.extend(commands)
+        self._poke()
+
+    def read(self, timeout: float) -> Any:
+        """The next reply or pushed message; None after ``timeout`` seconds of silence."""
+        conn, deadline = self._conn, time.monotonic() + timeout
+        assert self._selector is not None
+        while True:
+            self._check()
+            if self._outbox:
+                commands = [self._outbox.popleft() for _ in range(len(self._outbox))]
+                conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+            if conn.can_read(0):
+                return conn.read_response(push_request=True)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self._selector.select(remaining)
+            self._drain()
+
+    def pause(self, seconds: float) -> None:
+        """Sleep ``seconds``; a kick or close() ends the pause (a kick raises Interrupted)."""
+        if not self._kicked and not self.closing:
+            with selectors.DefaultSelector() as selector:
+                selector.register(self._wake_r, selectors.EVENT_READ)
+                selector.select(seconds)
+        self._drain()
+        if self._kicked and not self.closing:
+            raise Interrupted
+
+    def hang_up(self) -> None:
+        conn, self._conn = self._conn, None
+        self._outbox.clear()
+        if self._selector is not None:
+            self._selector.close()
+            self._selector = None
+        if conn is not None:
+            disconnect(conn)
+
+    def end(self) -> None:
+        """Close the socket pair (the thread is over, or, in a forked child, is not ours)."""
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def _check(self) -> None:
+        if self.closing:  # after close() anything may fail: the caller ends quietly
+            raise RedisConnectionError("the connection is being closed")
+        if self._kicked:
+            raise Interrupted
+
+    def _poke(self) -> None:
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"!")
+
+    def _drain(self) -> None:
+        with contextlib.suppress(OSError):
+            while self._wake_r.recv(4096):
+                pass
 
 
 class Hold:
@@ -374,7 +358,8 @@ def disconnect(conn: Any) -> None:
 
 
 class Bell:
-    """Wakes a waiter on news from any of several notifiers (a sharded queue's shards)."""
+    """Wakes whoever waits for a condition when it may have changed: news on any of a sharded
+    queue's shards, a subscription gone live, the end of a Sentinel promotion."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -387,7 +372,3 @@ class Bell:
         """Wait up to ``timeout`` seconds for ``changed()``; its last value."""
         with self._cond:
             return self._cond.wait_for(changed, timeout)
-
-
-def _str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
