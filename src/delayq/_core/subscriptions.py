@@ -14,12 +14,13 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .connection import Backoff, Failure, classify_reply, redirect_of
 from .wakeups import due_of
 
 A = TypeVar("A", bound=Hashable)
+H = TypeVar("H")
 Command = tuple[str, ...]
 
 # How long a pub/sub connection may be silent before it is asked for a PONG, and then how
@@ -204,38 +205,44 @@ class LinkState:
 # -- the channels of a subscriber -------------------------------------------------------------
 
 
-class Channels:
-    """Every channel a subscriber carries: how many handles listen on each, and which were
-    live once (a channel that comes back after a reconnect or a move may have missed
+class Channels(Generic[H]):
+    """Every channel a subscriber carries: the handles that listen on each, and which channels
+    were live once (a channel that comes back after a reconnect or a move may have missed
     messages meanwhile: its handles hear "unknown, look at Redis")."""
 
-    __slots__ = ("_count", "_seen")
+    __slots__ = ("_handles", "_seen")
 
     def __init__(self) -> None:
-        self._count: dict[str, int] = {}
+        self._handles: dict[str, list[H]] = {}
         self._seen: set[str] = set()
 
     def __contains__(self, channel: object) -> bool:
-        return channel in self._count
+        return channel in self._handles
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(self._count))
+        return iter(list(self._handles))
 
-    def __len__(self) -> int:
-        return len(self._count)
+    def handles(self, channels: Iterable[str] | None = None) -> list[H]:
+        """The handles on ``channels`` (None: on every channel)."""
+        chosen = self._handles if channels is None else channels
+        return [h for channel in chosen for h in self._handles.get(channel, ())]
 
-    def join(self, channel: str) -> bool:
+    def join(self, channel: str, handle: H) -> bool:
         """One more handle on ``channel``; whether it is the first (subscribe it)."""
-        self._count[channel] = self._count.get(channel, 0) + 1
-        return self._count[channel] == 1
+        handles = self._handles.setdefault(channel, [])
+        handles.append(handle)
+        return len(handles) == 1
 
-    def leave(self, channel: str) -> bool:
-        """One handle fewer; whether it was the last (unsubscribe it)."""
-        left = self._count.get(channel, 0) - 1
-        if left > 0:
-            self._count[channel] = left
+    def leave(self, channel: str, handle: H) -> bool:
+        """One handle fewer (if it was on ``channel``); whether it was the last (unsubscribe
+        the channel)."""
+        handles = self._handles.get(channel, [])
+        if handle not in handles:
             return False
-        self._count.pop(channel, None)
+        handles.remove(handle)
+        if handles:
+            return False
+        del self._handles[channel]
         self._seen.discard(channel)
         return True
 

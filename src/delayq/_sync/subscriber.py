@@ -127,8 +127,7 @@ class Subscriber:
         self._cluster = backend.is_cluster(client)
         self._lock = backend.Lock()  # everything below, and every link's state
         self._live_news = backend.Bell()  # rung when a channel goes live
-        self._channels = Channels()
-        self._handles: dict[str, list[Notifier]] = {}
+        self._channels: Channels[Notifier] = Channels()  # and their handles
         self._home: dict[str, Address] = {}  # channel -> the node whose connection carries it
         self._links: dict[Address, _Link] = {}
         self._sharded = True  # SSUBSCRIBE, until a server (Redis 6.2) refuses it
@@ -175,8 +174,8 @@ class Subscriber:
         with self._lock:
             self._closed = True
             links, self._links = list(self._links.values()), {}
-            handles = [h for hs in self._handles.values() for h in hs]
-            self._handles, self._home, self._channels = {}, {}, Channels()
+            handles, self._channels = self._channels.handles(), Channels()
+            self._home = {}
         self._live_news.ring()
         for link in links:
             link.wire.close()
@@ -190,10 +189,8 @@ class Subscriber:
         with self._lock:
             if self._closed:
                 return
-            channel = handle.channel
-            self._handles.setdefault(channel, []).append(handle)
-            if self._channels.join(channel):
-                self._place(channel, self._node_of(channel))
+            if self._channels.join(handle.channel, handle):
+                self._place(handle.channel, self._node_of(handle.channel))
 
     def _forked(self) -> None:
         """In a child process: the parent's connections and threads are not ours (left
@@ -211,13 +208,8 @@ class Subscriber:
     def _leave(self, handle: Notifier) -> None:
         channel = handle.channel
         with self._lock:
-            handles = self._handles.get(channel, [])
-            if handle not in handles:
+            if not self._channels.leave(channel, handle):
                 return
-            handles.remove(handle)
-            if not self._channels.leave(channel):
-                return
-            del self._handles[channel]
             link = self._links.get(self._home.pop(channel, UNPLACED))
             if link is None or not link.remove(channel):
                 return
@@ -252,7 +244,7 @@ class Subscriber:
 
     def _deliver(self, channels: list[str], due_ms: int | None) -> None:
         with self._lock:
-            handles = [h for channel in channels for h in self._handles.get(channel, ())]
+            handles = self._channels.handles(channels)
         for handle in handles:
             handle._push(due_ms)
 
@@ -495,12 +487,9 @@ def subscriber_of(client: Any) -> Subscriber:
 
 def close_subscriber(client: Any) -> None:
     """Close the subscriber of ``client``, if it has one (the client is being closed)."""
-    with _REGISTRY_LOCK:
-        found = _registered(client)
-        if found is not None:
-            del _SUBSCRIBERS[id(client)]
+    found = _registered(client)
     if found is not None:
-        found.close()
+        found.close()  # (which unregisters it)
 
 
 def master_switched(client: Any, master: tuple[str, int] | None) -> None:
