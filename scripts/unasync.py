@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # (asyncio source, generated sync file), relative to the repository root.
 PAIRS: list[tuple[str, str]] = [
-    # the queue
+    # the queue and its connection layer (backend.py is written by hand on each side)
     ("src/delayq/_async/queue.py", "src/delayq/_sync/queue.py"),
     ("src/delayq/_async/runner.py", "src/delayq/_sync/runner.py"),
     ("src/delayq/_async/shard.py", "src/delayq/_sync/shard.py"),
