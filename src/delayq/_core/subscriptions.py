@@ -107,17 +107,18 @@ class LinkState:
     def empty(self) -> bool:
         return not self.wanted
 
-    def _subscribe(self, channel: str) -> Command:
-        verb = "ssubscribe" if self.sharded and is_shard_channel(channel) else "subscribe"
+    def _command(self, verb: str, channel: str) -> Command:
+        """``verb`` (subscribe, unsubscribe) for ``channel``, sharded where it should be."""
+        if self.sharded and is_shard_channel(channel):
+            verb = "s" + verb
         self._sent.append((verb, channel))
         return (verb.upper(), channel)
 
     def connect(self) -> list[Command]:
         """A new connection is up: the commands that subscribe it to every channel."""
-        self.connected, self._pinged = True, False
-        self.live.clear()
-        self._sent.clear()
-        return [self._subscribe(channel) for channel in sorted(self.wanted)]
+        self.lose()
+        self.connected = True
+        return [self._command("subscribe", channel) for channel in sorted(self.wanted)]
 
     def lose(self) -> None:
         """The connection is gone; nothing on it is live or pending any more."""
@@ -130,20 +131,14 @@ class LinkState:
         if channel in self.wanted:
             return None
         self.wanted.add(channel)
-        return self._subscribe(channel) if self.connected else None
+        return self._command("subscribe", channel) if self.connected else None
 
     def remove(self, channel: str) -> Command | None:
         """Stop carrying ``channel``; the command to send now, if it was subscribed."""
         if channel not in self.wanted:
             return None
-        self.wanted.discard(channel)
-        self.live.discard(channel)
-        if not self.connected:
-            return None
-        shard = self.sharded and is_shard_channel(channel)
-        verb = "sunsubscribe" if shard else "unsubscribe"
-        self._sent.append((verb, channel))
-        return (verb.upper(), channel)
+        self.forget(channel)
+        return self._command("unsubscribe", channel) if self.connected else None
 
     def forget(self, channel: str) -> None:
         """Stop carrying ``channel`` without a command (the server already dropped it, or it
@@ -197,7 +192,7 @@ class LinkState:
             # Redis 6.2: no sharded pub/sub. From now on SUBSCRIBE instead.
             self.sharded = False
             if verb == "ssubscribe" and channel in self.wanted:
-                return Resend((self._subscribe(channel),))
+                return Resend((self._command("subscribe", channel),))
             return None
         return Broken(f"Redis refused {verb.upper()} {channel}: {message}")
 
