@@ -142,27 +142,22 @@ class Subscriber:
         """How many pub/sub connections this subscriber keeps (one per node in use)."""
         return len(self._links)
 
-    def switched(self, master: tuple[str, int] | None = None) -> None:
+    def switched(self, master: tuple[str, int] | None = None, *, dialling: bool = True) -> None:
         """The master changed (a Sentinel failover): every connection that is not on the new
-        ``master`` (None: unknown) dials again now."""
+        ``master`` (None: unknown) dials again now; ``dialling``: those not connected yet too
+        (they may be on their way to the old one)."""
         with self._lock:
             links = list(self._links.values())
         for link in links:
-            if master is None or link.peer != master:
+            if master is None or (link.peer != master and (dialling or link.peer is not None)):
                 link.wire.kick()
 
     def follow_master(self) -> None:
         """The runner reconnected: if its client now points at another master than the one
         a connection is on, that connection dials again now."""
         address = getattr(getattr(self._client, "connection_pool", None), "master_address", None)
-        if not address:  # not a Sentinel client
-            return
-        master = (str(address[0]), int(address[1]))
-        with self._lock:
-            links = list(self._links.values())
-        for link in links:
-            if link.peer is not None and link.peer != master:
-                link.wire.kick()
+        if address:  # a Sentinel client that found its master
+            self.switched((str(address[0]), int(address[1])), dialling=False)
 
     async def close(self) -> None:
         """End every connection; every handle hears None and is unsubscribed. The client's
