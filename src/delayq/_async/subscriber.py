@@ -152,13 +152,6 @@ class Subscriber:
             if master is None or (link.peer != master and (dialling or link.peer is not None)):
                 link.wire.kick()
 
-    def follow_master(self) -> None:
-        """The runner reconnected: if its client now points at another master than the one
-        a connection is on, that connection dials again now."""
-        address = getattr(getattr(self._client, "connection_pool", None), "master_address", None)
-        if address:  # a Sentinel client that found its master
-            self.switched((str(address[0]), int(address[1])), dialling=False)
-
     async def close(self) -> None:
         """End every connection; every handle hears None and is unsubscribed. The client's
         next ``subscriber_of`` gets a new subscriber."""
@@ -494,11 +487,12 @@ def master_switched(client: Any, master: tuple[str, int] | None) -> None:
 
 
 def master_reconnected(client: Any) -> None:
-    """``client``'s calls got through again after failing: its subscriber follows if they
-    reached another master."""
+    """``client``'s calls got through again after failing: if they reached another master
+    than the one a pub/sub connection is on, that connection dials again now."""
     found = _registered(client)
-    if found is not None:
-        found.follow_master()
+    address = getattr(getattr(client, "connection_pool", None), "master_address", None)
+    if found is not None and address:  # a Sentinel client that found its master
+        found.switched((str(address[0]), int(address[1])), dialling=False)
 
 
 def _reset_locks_in_child() -> None:
