@@ -1,12 +1,12 @@
 """The pub/sub connection layer's pure parts: what one connection carries and what its
 replies mean, which node a channel belongs on, when to say an outage began and ended.
 
-One :class:`Subscriber` per connection handle (``_async/subscriber.py`` and its thread twin
-``_sync/subscriber.py``) carries the wake-up channel of every queue opened on it, over one
+One :class:`Subscriber` per connection handle (``_async/subscriber.py``; the thread one is
+generated from it) carries the wake-up channel of every queue opened on it, over one
 pub/sub connection per Redis node. Each connection's bookkeeping is a :class:`LinkState`:
 the channels it should carry, those the server confirmed, and the commands sent and not yet
 answered, in order (Redis answers a connection's commands in the order it got them, pushed
-messages in between). The shells do the I/O and act on what these objects return.
+messages in between). The shell does the I/O and acts on what these objects return.
 """
 
 from __future__ import annotations
