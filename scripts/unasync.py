@@ -31,13 +31,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # (asyncio source, generated sync file), relative to the repository root.
 PAIRS: list[tuple[str, str]] = [
-    # the queue
+    # the queue and its connection layer (backend.py is written by hand on each side)
     ("src/delayq/_async/queue.py", "src/delayq/_sync/queue.py"),
     ("src/delayq/_async/runner.py", "src/delayq/_sync/runner.py"),
     ("src/delayq/_async/shard.py", "src/delayq/_sync/shard.py"),
     ("src/delayq/_async/reshard.py", "src/delayq/_sync/reshard.py"),
     ("src/delayq/_async/consumer.py", "src/delayq/_sync/consumer.py"),
     ("src/delayq/_async/connection.py", "src/delayq/_sync/connection.py"),
+    ("src/delayq/_async/subscriber.py", "src/delayq/_sync/subscriber.py"),
+    ("src/delayq/_async/sentinel.py", "src/delayq/_sync/sentinel.py"),
     # the outbox
     ("src/delayq/outbox/_async/outbox.py", "src/delayq/outbox/_sync/outbox.py"),
     # tests of both front ends (flavor.py is written by hand on each side)

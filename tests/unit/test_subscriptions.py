@@ -164,14 +164,17 @@ def test_forget_drops_a_channel_without_a_command() -> None:
 
 
 def test_channels_count_handles_and_remember_which_were_live() -> None:
-    channels = Channels()
-    assert channels.join(CLASSIC) and not channels.join(CLASSIC)
+    channels: Channels[str] = Channels()
+    assert channels.join(CLASSIC, "a") and not channels.join(CLASSIC, "b")
+    assert channels.join(SHARD, "c") and channels.handles([CLASSIC]) == ["a", "b"]
     assert not channels.went_live(CLASSIC)  # the first time: nothing was missed
     assert channels.went_live(CLASSIC)  # back after a loss: look at Redis
-    assert not channels.leave(CLASSIC)
-    assert channels.leave(CLASSIC) and CLASSIC not in channels and len(channels) == 0
-    assert channels.join(CLASSIC) and not channels.went_live(CLASSIC)  # a new start
-    assert list(channels) == [CLASSIC]
+    assert not channels.leave(CLASSIC, "x")  # not a handle on it
+    assert not channels.leave(CLASSIC, "a")
+    assert channels.leave(CLASSIC, "b") and CLASSIC not in channels
+    assert channels.handles() == ["c"] and channels.handles([CLASSIC]) == []
+    assert channels.join(CLASSIC, "a") and not channels.went_live(CLASSIC)  # a new start
+    assert list(channels) == [SHARD, CLASSIC]
 
 
 def test_regroup_moves_only_the_channels_served_elsewhere() -> None:

@@ -1,12 +1,12 @@
 """The pub/sub connection layer's pure parts: what one connection carries and what its
 replies mean, which node a channel belongs on, when to say an outage began and ended.
 
-One :class:`Subscriber` per connection handle (``_async/subscriber.py`` and its thread twin
-``_sync/subscriber.py``) carries the wake-up channel of every queue opened on it, over one
+One :class:`Subscriber` per connection handle (``_async/subscriber.py``; the thread one is
+generated from it) carries the wake-up channel of every queue opened on it, over one
 pub/sub connection per Redis node. Each connection's bookkeeping is a :class:`LinkState`:
 the channels it should carry, those the server confirmed, and the commands sent and not yet
 answered, in order (Redis answers a connection's commands in the order it got them, pushed
-messages in between). The shells do the I/O and act on what these objects return.
+messages in between). The shell does the I/O and acts on what these objects return.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .connection import Backoff, Failure, classify_reply, redirect_of
 from .wakeups import due_of
 
 A = TypeVar("A", bound=Hashable)
+H = TypeVar("H")
 Command = tuple[str, ...]
 
 # How long a pub/sub connection may be silent before it is asked for a PONG, and then how
@@ -106,17 +107,18 @@ class LinkState:
     def empty(self) -> bool:
         return not self.wanted
 
-    def _subscribe(self, channel: str) -> Command:
-        verb = "ssubscribe" if self.sharded and is_shard_channel(channel) else "subscribe"
+    def _command(self, verb: str, channel: str) -> Command:
+        """``verb`` (subscribe, unsubscribe) for ``channel``, sharded where it should be."""
+        if self.sharded and is_shard_channel(channel):
+            verb = "s" + verb
         self._sent.append((verb, channel))
         return (verb.upper(), channel)
 
     def connect(self) -> list[Command]:
         """A new connection is up: the commands that subscribe it to every channel."""
-        self.connected, self._pinged = True, False
-        self.live.clear()
-        self._sent.clear()
-        return [self._subscribe(channel) for channel in sorted(self.wanted)]
+        self.lose()
+        self.connected = True
+        return [self._command("subscribe", channel) for channel in sorted(self.wanted)]
 
     def lose(self) -> None:
         """The connection is gone; nothing on it is live or pending any more."""
@@ -129,20 +131,14 @@ class LinkState:
         if channel in self.wanted:
             return None
         self.wanted.add(channel)
-        return self._subscribe(channel) if self.connected else None
+        return self._command("subscribe", channel) if self.connected else None
 
     def remove(self, channel: str) -> Command | None:
         """Stop carrying ``channel``; the command to send now, if it was subscribed."""
         if channel not in self.wanted:
             return None
-        self.wanted.discard(channel)
-        self.live.discard(channel)
-        if not self.connected:
-            return None
-        shard = self.sharded and is_shard_channel(channel)
-        verb = "sunsubscribe" if shard else "unsubscribe"
-        self._sent.append((verb, channel))
-        return (verb.upper(), channel)
+        self.forget(channel)
+        return self._command("unsubscribe", channel) if self.connected else None
 
     def forget(self, channel: str) -> None:
         """Stop carrying ``channel`` without a command (the server already dropped it, or it
@@ -196,7 +192,7 @@ class LinkState:
             # Redis 6.2: no sharded pub/sub. From now on SUBSCRIBE instead.
             self.sharded = False
             if verb == "ssubscribe" and channel in self.wanted:
-                return Resend((self._subscribe(channel),))
+                return Resend((self._command("subscribe", channel),))
             return None
         return Broken(f"Redis refused {verb.upper()} {channel}: {message}")
 
@@ -204,38 +200,44 @@ class LinkState:
 # -- the channels of a subscriber -------------------------------------------------------------
 
 
-class Channels:
-    """Every channel a subscriber carries: how many handles listen on each, and which were
-    live once (a channel that comes back after a reconnect or a move may have missed
+class Channels(Generic[H]):
+    """Every channel a subscriber carries: the handles that listen on each, and which channels
+    were live once (a channel that comes back after a reconnect or a move may have missed
     messages meanwhile: its handles hear "unknown, look at Redis")."""
 
-    __slots__ = ("_count", "_seen")
+    __slots__ = ("_handles", "_seen")
 
     def __init__(self) -> None:
-        self._count: dict[str, int] = {}
+        self._handles: dict[str, list[H]] = {}
         self._seen: set[str] = set()
 
     def __contains__(self, channel: object) -> bool:
-        return channel in self._count
+        return channel in self._handles
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(self._count))
+        return iter(list(self._handles))
 
-    def __len__(self) -> int:
-        return len(self._count)
+    def handles(self, channels: Iterable[str] | None = None) -> list[H]:
+        """The handles on ``channels`` (None: on every channel)."""
+        chosen = self._handles if channels is None else channels
+        return [h for channel in chosen for h in self._handles.get(channel, ())]
 
-    def join(self, channel: str) -> bool:
+    def join(self, channel: str, handle: H) -> bool:
         """One more handle on ``channel``; whether it is the first (subscribe it)."""
-        self._count[channel] = self._count.get(channel, 0) + 1
-        return self._count[channel] == 1
+        handles = self._handles.setdefault(channel, [])
+        handles.append(handle)
+        return len(handles) == 1
 
-    def leave(self, channel: str) -> bool:
-        """One handle fewer; whether it was the last (unsubscribe it)."""
-        left = self._count.get(channel, 0) - 1
-        if left > 0:
-            self._count[channel] = left
+    def leave(self, channel: str, handle: H) -> bool:
+        """One handle fewer (if it was on ``channel``); whether it was the last (unsubscribe
+        the channel)."""
+        handles = self._handles.get(channel, [])
+        if handle not in handles:
             return False
-        self._count.pop(channel, None)
+        handles.remove(handle)
+        if handles:
+            return False
+        del self._handles[channel]
         self._seen.discard(channel)
         return True
 

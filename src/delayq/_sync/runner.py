@@ -46,6 +46,7 @@ from .._core.text import printable
 from .._core.urls import safe_url
 from ..exceptions import ConfigError, QueueClosed, RedisUnavailable, ServerError
 from . import backend
+from .sentinel import SentinelWatch
 from .subscriber import (
     Subscriber,
     close_subscriber,
@@ -198,7 +199,7 @@ class Runner:
         self._kept_pid = 0
         self._slots: dict[int, tuple[str, int]] = {}  # cluster: slot -> node
         self._watch = (
-            backend.SentinelWatch(client, on_switch=lambda master: master_switched(client, master))
+            SentinelWatch(client, on_switch=lambda master: master_switched(client, master))
             if backend.is_sentinel(client)
             else None
         )

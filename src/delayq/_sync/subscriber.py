@@ -1,13 +1,24 @@
-"""The wake-up channels of every queue of one connection, over one pub/sub connection per node
-(threads).
+# Generated from _async/subscriber.py by scripts/unasync.py: do not edit.
+"""The wake-up channels of every queue of one connection, over one pub/sub connection per node.
 
-The thread twin of ``_async/subscriber.py``, kept by hand (threads where that one has tasks):
-see there for what a :class:`Subscriber` does. The logic is in ``_core/subscriptions.py``.
+A :class:`Subscriber` belongs to one client (``Runner.subscriber``; every queue and shard
+opened on that runner shares it). It hands out :class:`Notifier` handles, one per queue
+channel and waiter, and carries all their channels over one pub/sub connection per Redis
+node: one for a standalone or Sentinel deployment, one per node that serves a subscribed
+slot on a cluster. Channels are subscribed and unsubscribed on the live connection.
 
-Each connection has one thread, which alone reads and writes its socket (a TLS socket must
-not be written by one thread while another reads it): other threads queue their SUBSCRIBE
-and UNSUBSCRIBE commands and wake it through a socket pair. It never lets redis-py reconnect
-by itself inside a read, so that ``close()`` can end it without Redis answering.
+A connection lost is dialled again with the runner's backoff; its channels are subscribed
+again and every handle hears None ("unknown, look at Redis"), when the connection is lost
+and again once it is back. On a cluster a channel whose slot moved follows it to its new
+node. A Sentinel failover (``+switch-master`` seen by the runner's watch) drops the
+connection at once, so that it subscribes on the new master instead of waiting for
+Sentinel to demote the old one.
+
+The logic is in ``_core/subscriptions.py``; this shell does the I/O, each connection through
+a ``backend.Wire`` (a task that reads it; threads: a thread that alone reads and writes it).
+The sync subscriber in ``_sync/subscriber.py`` is generated from this file by
+``scripts/unasync.py``; edit here. ``_lock`` guards what several threads touch (the asyncio
+one is a no-op).
 """
 
 from __future__ import annotations
@@ -15,10 +26,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import selectors
-import socket
-import threading
-import time
 import weakref
 from typing import Any
 
@@ -51,7 +58,6 @@ log = logging.getLogger("delayq")
 Address = tuple[str, int] | None  # a cluster node; None: the one server of any other client
 UNPLACED: Address = ("", 0)  # a cluster channel whose node is not known yet
 START_WAIT_S = 1.0  # how long start() waits for a first subscription to go live
-JOIN_S = 2.0  # how long close() waits for a connection's thread to end
 
 
 class Notifier:
@@ -68,39 +74,40 @@ class Notifier:
         self._bell = bell
         self._joined = False
         self._was_live = False
-        self._cond = threading.Condition()
+        self._lock = backend.Lock()
+        self._changed = backend.Bell()
         self._log = WakeLog()
 
     def start(self) -> None:
         """Subscribe (once); returns when the subscription is live or after a short wait."""
-        if self._subscriber._pid != os.getpid():
-            self._subscriber._forked()
+        subscriber = self._subscriber
+        if subscriber._pid != backend.process_id():
+            subscriber._forked()
         if not self._joined:
             self._joined = True
-            self._subscriber._join(self)
+            subscriber._join(self)
         if not self._was_live:
-            self._was_live = self._subscriber._until_live(self.channel, START_WAIT_S)
+            self._was_live = subscriber._until_live(self.channel, START_WAIT_S)
 
     def mark(self) -> int:
         return self._log.generation
 
     def news(self, mark: int) -> tuple[int, int | None]:
         """(new mark, earliest due ms announced after ``mark``, None if unknown), now."""
-        with self._cond:
+        with self._lock:
             return self._log.news_since(mark)
 
     def wait(self, mark: int, timeout: float) -> tuple[int, int | None] | None:
         """Wait for news after ``mark``: (new mark, earliest announced due ms, None if
         unknown), or None on timeout."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._log.generation != mark, timeout):
-                return None
-            return self._log.news_since(mark)
+        if not self._changed.wait(lambda: self._log.generation != mark, timeout):
+            return None
+        return self.news(mark)
 
     def _push(self, due_ms: int | None) -> None:
-        with self._cond:
+        with self._lock:
             self._log.push(due_ms)
-            self._cond.notify_all()
+        self._changed.ring()
         if self._bell is not None:
             self._bell.ring()
 
@@ -118,15 +125,14 @@ class Subscriber:
     def __init__(self, client: Any) -> None:
         self._client = client
         self._cluster = backend.is_cluster(client)
-        self._lock = threading.RLock()  # everything below, and every link's state
-        self._live_news = threading.Condition(self._lock)
-        self._channels = Channels()
-        self._handles: dict[str, list[Notifier]] = {}
+        self._lock = backend.Lock()  # everything below, and every link's state
+        self._live_news = backend.Bell()  # rung when a channel goes live
+        self._channels: Channels[Notifier] = Channels()  # and their handles
         self._home: dict[str, Address] = {}  # channel -> the node whose connection carries it
         self._links: dict[Address, _Link] = {}
         self._sharded = True  # SSUBSCRIBE, until a server (Redis 6.2) refuses it
         self._closed = False
-        self._pid = os.getpid()
+        self._pid = backend.process_id()
 
     def notifier(self, channel: str, bell: Any = None) -> Notifier:
         """A handle on ``channel`` (it subscribes on its ``start()``)."""
@@ -137,24 +143,15 @@ class Subscriber:
         """How many pub/sub connections this subscriber keeps (one per node in use)."""
         return len(self._links)
 
-    def switched(self, master: tuple[str, int] | None = None) -> None:
+    def switched(self, master: tuple[str, int] | None = None, *, dialling: bool = True) -> None:
         """The master changed (a Sentinel failover): every connection that is not on the new
-        ``master`` (None: unknown) dials again now."""
+        ``master`` (None: unknown) dials again now; ``dialling``: those not connected yet too
+        (they may be on their way to the old one)."""
         with self._lock:
             links = list(self._links.values())
         for link in links:
-            if master is None or link.peer != master:
-                link.kick()
-
-    def follow_master(self) -> None:
-        """The runner reconnected: if its client now points at another master than the one
-        a connection is on, that connection dials again now."""
-        master = backend.master_address(self._client)
-        with self._lock:
-            links = list(self._links.values())
-        for link in links:
-            if master is not None and link.peer is not None and link.peer != master:
-                link.kick()
+            if master is None or (link.peer != master and (dialling or link.peer is not None)):
+                link.wire.kick()
 
     def close(self) -> None:
         """End every connection; every handle hears None and is unsubscribed. The client's
@@ -165,11 +162,11 @@ class Subscriber:
         with self._lock:
             self._closed = True
             links, self._links = list(self._links.values()), {}
-            handles = [h for hs in self._handles.values() for h in hs]
-            self._handles, self._home, self._channels = {}, {}, Channels()
-            self._live_news.notify_all()
+            handles, self._channels = self._channels.handles(), Channels()
+            self._home = {}
+        self._live_news.ring()
         for link in links:
-            link.close()
+            link.wire.close()
         for handle in handles:
             handle._joined = handle._was_live = False
             handle._push(None)
@@ -180,21 +177,18 @@ class Subscriber:
         with self._lock:
             if self._closed:
                 return
-            channel = handle.channel
-            self._handles.setdefault(channel, []).append(handle)
-            if self._channels.join(channel):
-                self._place(channel, self._node_of(channel))
+            if self._channels.join(handle.channel, handle):
+                self._place(handle.channel, self._node_of(handle.channel))
 
     def _forked(self) -> None:
         """In a child process: the parent's connections and threads are not ours (left
         alone: closing them here would close the parent's); dial our own."""
         with self._lock:
-            if self._pid == os.getpid():
+            if self._pid == backend.process_id():
                 return
-            self._pid = os.getpid()
+            self._pid = backend.process_id()
             for link in self._links.values():
-                link._wake_r.close()  # our copies of its socket pair only
-                link._wake_w.close()
+                link.wire.end()  # our copies of its wake-up sockets only
             self._links, self._home = {}, {}
             for channel in self._channels:
                 self._place(channel, self._node_of(channel))
@@ -202,18 +196,13 @@ class Subscriber:
     def _leave(self, handle: Notifier) -> None:
         channel = handle.channel
         with self._lock:
-            handles = self._handles.get(channel, [])
-            if handle not in handles:
+            if not self._channels.leave(channel, handle):
                 return
-            handles.remove(handle)
-            if not self._channels.leave(channel):
-                return
-            del self._handles[channel]
             link = self._links.get(self._home.pop(channel, UNPLACED))
             if link is None or not link.remove(channel):
                 return
             link.retire()
-        link.close()
+        link.wire.close()
 
     def _node_of(self, channel: str) -> Address:
         if not self._cluster:
@@ -224,17 +213,16 @@ class Subscriber:
         """Carry ``channel`` on the connection to ``address`` (under the lock)."""
         self._home[channel] = address
         link = self._links.get(address)
-        if link is None or link.closing:
+        if link is None or link.wire.closing:
             link = self._links[address] = _Link(self, address)
-            link.begin()
+            link.wire.start(link._run, f"delayq:pubsub:{link.where}")
         link.add(channel)
 
     def _until_live(self, channel: str, timeout: float) -> bool:
-        with self._live_news:
-            self._live_news.wait_for(
-                lambda: self._is_live(channel) or channel not in self._channels, timeout
-            )
-            return self._is_live(channel)
+        self._live_news.wait(
+            lambda: self._is_live(channel) or channel not in self._channels, timeout
+        )
+        return self._is_live(channel)
 
     def _is_live(self, channel: str) -> bool:
         link = self._links.get(self._home.get(channel, UNPLACED))
@@ -244,16 +232,16 @@ class Subscriber:
 
     def _deliver(self, channels: list[str], due_ms: int | None) -> None:
         with self._lock:
-            handles = [h for channel in channels for h in self._handles.get(channel, ())]
+            handles = self._channels.handles(channels)
         for handle in handles:
             handle._push(due_ms)
 
     def _went_live(self, channel: str) -> None:
         with self._lock:
             again = self._channels.went_live(channel)
-            self._live_news.notify_all()
         if again:
             self._deliver([channel], None)  # back after a loss or a move: news may be missed
+        self._live_news.ring()
 
     def _moved(self, link: _Link, channel: str, address: Address) -> None:
         """``channel``'s slot moved away from ``link``'s node: subscribe it at its new one."""
@@ -287,53 +275,39 @@ class Subscriber:
                 for channel in channels:
                     link.state.forget(channel)
                     self._place(channel, address)
-            if link.state.empty:
-                link.retire()
-                return False
-            return True
-
-
-class _Kicked(Exception):
-    """The connection is to be dropped and dialled again at once (a failover)."""
+            return not link.state.empty
 
 
 class _Link:
-    """One pub/sub connection and the thread that reads it (and dials it again when lost)."""
+    """One pub/sub connection (its ``wire``) and what it carries; ``_run`` reads it and dials
+    it again when lost."""
 
     def __init__(self, subscriber: Subscriber, address: Address) -> None:
         self.sub = subscriber
         self.address = address
         self.state = LinkState(subscriber._sharded)
         self.peer: tuple[str, int] | None = None  # where the connection went (Sentinel)
-        self.closing = False
-        self._conn: Any = None
-        self._outbox: list[Command] = []  # commands for the thread to send
-        self._kicked = False
+        self.wire = backend.Wire()
         self._up = False  # the current try got connected (a new outage starts from scratch)
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self._thread: threading.Thread | None = None
 
     @property
     def where(self) -> str:
         if self.address is not None:
             return f"{self.address[0]}:{self.address[1]}" if self.address[0] else "a cluster"
-        return backend.pubsub_where(self.sub._client)
-
-    def begin(self) -> None:
-        self._thread = threading.Thread(
-            target=self._run, name=f"delayq:pubsub:{self.where}", daemon=True
-        )
-        self._thread.start()
+        pool = self.sub._client.connection_pool
+        if backend.is_sentinel(self.sub._client):
+            return f"the master of {pool.service_name}"
+        kwargs = pool.connection_kwargs
+        if kwargs.get("path"):
+            return str(kwargs["path"])
+        return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
     # Called under the subscriber's lock:
 
     def add(self, channel: str) -> None:
         command = self.state.add(channel)
         if command is not None:
-            self._outbox.append(command)
-            self._poke()
+            self.wire.send([command])
 
     def remove(self, channel: str) -> bool:
         """Stop carrying ``channel``; whether none is left (then close, unsubscribing none)."""
@@ -341,77 +315,62 @@ class _Link:
         if self.state.empty:
             return True
         if command is not None:
-            self._outbox.append(command)
-            self._poke()
+            self.wire.send([command])
         return False
 
     def retire(self) -> None:
         """Take this link out of its subscriber's hands: a channel placed from now on gets a
-        new one."""
-        self.closing = True
+        new one (done before any wait, so that no channel lands on a link that ends)."""
+        self.wire.retire()
         if self.sub._links.get(self.address) is self:
             del self.sub._links[self.address]
-        self._poke()
 
-    # Called from any thread:
-
-    def kick(self) -> None:
-        """Drop the connection and dial again at once."""
-        self._kicked = True
-        self._poke()
-
-    def close(self) -> None:
-        self.closing = True
-        self._poke()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(JOIN_S)
-
-    def _poke(self) -> None:
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"!")
-
-    def _drain(self) -> None:
-        with contextlib.suppress(OSError):
-            while self._wake_r.recv(4096):
-                pass
-
-    # The link's thread:
+    # The link's own task (thread):
 
     def _run(self) -> None:
         backoff, outage = Backoff(), Outage()
         try:
-            while not self.closing and not self._try(backoff, outage):
-                pass
+            while not self.wire.closing:
+                try:
+                    if self._try(backoff, outage):
+                        return
+                except backend.Interrupted:  # a kick outside a session: dial again now
+                    if not self.wire.kick_taken():
+                        raise
         finally:
             with self.sub._lock:
                 self.retire()
-            self._wake_r.close()
-            self._wake_w.close()
 
     def _try(self, backoff: Backoff, outage: Outage) -> bool:
         """One connection, from dialling to its loss and the pause after; whether the link
         is done (closed, or no channel left)."""
-        sub, state = self.sub, self.state
+        sub, state, wire = self.sub, self.state, self.wire
         at_once, failure, error = False, Failure.RETRY, ""
-        self._up = self._kicked = False
+        self._up = False
         try:
             if sub._cluster and not sub._settle(self):
                 return True
             self._session(outage)
             return True  # closed, or no channel left here
-        except _Kicked:
+        except backend.Interrupted:
+            if not wire.kick_taken():
+                raise
             at_once, error = True, "the master changed"
-        except Exception as exc:  # after close() anything may fail: end quietly
-            if self.closing:
-                return True
+        except Exception as exc:
+            if wire.closing:
+                return True  # after close() anything may fail: end quietly
             failure, error = classify_connection_error(exc), printable(str(exc))
             if not isinstance(exc, backend.LOST_ERRORS):
                 log.exception("delayq: pub/sub listener on %s failed", self.where)
         finally:
-            self._hang_up()
+            with sub._lock:
+                state.lose()
+                self.peer = None
+                if state.empty:
+                    self.retire()
+            wire.hang_up()
         with sub._lock:
-            if self.closing or state.empty:
+            if wire.closing or state.empty:
                 return True
             wanted = sorted(state.wanted)
         if self._up or at_once:
@@ -432,27 +391,20 @@ class _Link:
         if sub._cluster:  # the node may be gone: who serves what now
             with contextlib.suppress(Exception):
                 backend.refresh_topology(backend.resolve(sub._client))
-        pause = retry_pause(backoff, failure, time.monotonic())
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._wake_r, selectors.EVENT_READ)
-            if not self._kicked and not self.closing:
-                selector.select(pause)  # a kick or close() ends the pause
-        self._drain()
+        wire.pause(retry_pause(backoff, failure, backend.monotonic()))
         return False
 
     def _session(self, outage: Outage) -> None:
         """Dial, subscribe every channel, and read until the connection fails, is closed, or
         is left empty."""
-        sub, state = self.sub, self.state
+        sub, state, wire = self.sub, self.state, self.wire
         conn = backend.pubsub_connection(sub._client, self.address)
-        self._conn = conn
-        conn.connect()
+        wire.dial(conn)
         with sub._lock:
-            if self._kicked:
-                raise _Kicked  # a failover was announced while it dialled: maybe the old master
             state.sharded = state.sharded and sub._sharded
-            self._outbox = state.connect()
-            self.peer = backend.peer_of(conn)
+            wire.send(state.connect())
+            host, port = getattr(conn, "host", None), getattr(conn, "port", None)
+            self.peer = (host, int(port)) if isinstance(host, str) and port is not None else None
         self._up = True
         failures = outage.ended()
         if failures:
@@ -460,39 +412,21 @@ class _Link:
                 "delayq: pub/sub listener on %s is back after %d failed tries; resubscribed %d "
                 "channels", self.where, failures, len(state.wanted),
             )  # fmt: skip
-        with selectors.DefaultSelector() as selector:
-            selector.register(conn._sock, selectors.EVENT_READ)
-            selector.register(self._wake_r, selectors.EVENT_READ)
-            while True:
+        while True:
+            with sub._lock:
+                if wire.closing or state.empty:
+                    return
+            try:
+                reply = wire.read(PING_S)
+            except ResponseError as exc:
                 with sub._lock:
-                    commands, self._outbox = self._outbox, []
-                    if self.closing or state.empty:
-                        return
-                if self._kicked:
-                    raise _Kicked
-                if commands:
-                    conn.send_packed_command(conn.pack_commands(commands), check_health=False)
-                if not conn.can_read(0):
-                    ready = selector.select(PING_S)
-                    if not ready:
-                        with sub._lock:
-                            step = state.idle()
-                            if isinstance(step, Broken):
-                                raise RedisConnectionError(step.reason)
-                            self._outbox.append(step)
-                    self._drain()
-                    continue
-                try:
-                    reply = conn.read_response(push_request=True)
-                except ResponseError as exc:
-                    with sub._lock:
-                        event: Event | None = state.on_error(_error_text(exc))
-                else:
-                    with sub._lock:
-                        event = state.on_reply(reply)
-                self._act(event)
+                    event: Event | Command | None = state.on_error(_error_text(exc))
+            else:
+                with sub._lock:
+                    event = state.idle() if reply is None else state.on_reply(reply)
+            self._act(event)
 
-    def _act(self, event: Event | None) -> None:
+    def _act(self, event: Event | Command | None) -> None:
         sub = self.sub
         if isinstance(event, Deliver):
             sub._deliver([event.channel], event.due_ms)
@@ -501,20 +435,13 @@ class _Link:
         elif isinstance(event, Resend):
             with sub._lock:
                 sub._sharded = False
-                self._outbox.extend(event.commands)
+                self.wire.send(event.commands)
         elif isinstance(event, Moved):
             sub._moved(self, event.channel, event.address)
         elif isinstance(event, Broken):
             raise RedisConnectionError(event.reason)
-
-    def _hang_up(self) -> None:
-        with self.sub._lock:
-            conn, self._conn = self._conn, None
-            self.state.lose()
-            self._outbox = []
-            self.peer = None
-        if conn is not None:
-            backend.disconnect(conn)
+        elif isinstance(event, tuple):  # a PING, after a silence
+            self.wire.send([event])
 
 
 def _error_text(exc: ResponseError) -> str:
@@ -529,7 +456,7 @@ def _error_text(exc: ResponseError) -> str:
 # -- one subscriber per client ----------------------------------------------------------------
 
 _SUBSCRIBERS: weakref.WeakValueDictionary[int, Subscriber] = weakref.WeakValueDictionary()
-_REGISTRY_LOCK = threading.Lock()
+_REGISTRY_LOCK = backend.Lock()
 
 
 def _registered(client: Any) -> Subscriber | None:
@@ -548,12 +475,9 @@ def subscriber_of(client: Any) -> Subscriber:
 
 def close_subscriber(client: Any) -> None:
     """Close the subscriber of ``client``, if it has one (the client is being closed)."""
-    with _REGISTRY_LOCK:
-        found = _registered(client)
-        if found is not None:
-            del _SUBSCRIBERS[id(client)]
+    found = _registered(client)
     if found is not None:
-        found.close()
+        found.close()  # (which unregisters it)
 
 
 def master_switched(client: Any, master: tuple[str, int] | None) -> None:
@@ -563,22 +487,23 @@ def master_switched(client: Any, master: tuple[str, int] | None) -> None:
         found.switched(master)
 
 
+def master_reconnected(client: Any) -> None:
+    """``client``'s calls got through again after failing: if they reached another master
+    than the one a pub/sub connection is on, that connection dials again now."""
+    found = _registered(client)
+    address = getattr(getattr(client, "connection_pool", None), "master_address", None)
+    if found is not None and address:  # a Sentinel client that found its master
+        found.switched((str(address[0]), int(address[1])), dialling=False)
+
+
 def _reset_locks_in_child() -> None:
     """A lock some thread of the parent held at the fork stays held in the child: new ones."""
     global _REGISTRY_LOCK
-    _REGISTRY_LOCK = threading.Lock()
+    _REGISTRY_LOCK = backend.Lock()
     for found in list(_SUBSCRIBERS.values()):
-        found._lock = threading.RLock()
-        found._live_news = threading.Condition(found._lock)
+        found._lock = backend.Lock()
+        found._live_news = backend.Bell()
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows
     os.register_at_fork(after_in_child=_reset_locks_in_child)
-
-
-def master_reconnected(client: Any) -> None:
-    """``client``'s calls got through again after failing: its subscriber follows if they
-    reached another master."""
-    found = _registered(client)
-    if found is not None:
-        found.follow_master()
