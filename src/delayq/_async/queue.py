@@ -1009,7 +1009,8 @@ class AsyncDelayQueue(Generic[PayloadT]):
     async def _ack_one(self, task: AsyncTask, *, fetch_ahead: bool) -> bool:
         if task.lease_token is None:
             return True  # at-most-once: the task already left the queue
-        watch = self._watch(self._shard_of(task))
+        shard = self._shard_of(task)
+        watch = self._watch(shard)
         want = watch.ahead.want(self._fetch_ahead, self._policy.lease_ms) if fetch_ahead else 0
         if (
             want == 0
@@ -1018,7 +1019,11 @@ class AsyncDelayQueue(Generic[PayloadT]):
             or (self._durability is not None and self._durability.after_ack)
             or (watch.quiet_until() or 0.0) > backend.monotonic()  # nothing due to fetch yet
         ):
-            return (await self.ack_many([task]))[0]
+            self._check_open()
+            (acked,) = await shard.ack([task])  # the loop's common step: straight to its shard
+            if acked:
+                object.__setattr__(task, "_settled", True)
+            return acked
         tasks, result = await self._fetch(watch, want, acks=[task])
         now = backend.monotonic()
         watch.ahead.tasks.extend((t, now) for t in tasks)

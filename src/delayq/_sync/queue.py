@@ -1006,7 +1006,8 @@ class DelayQueue(Generic[PayloadT]):
     def _ack_one(self, task: Task, *, fetch_ahead: bool) -> bool:
         if task.lease_token is None:
             return True  # at-most-once: the task already left the queue
-        watch = self._watch(self._shard_of(task))
+        shard = self._shard_of(task)
+        watch = self._watch(shard)
         want = watch.ahead.want(self._fetch_ahead, self._policy.lease_ms) if fetch_ahead else 0
         if (
             want == 0
@@ -1015,7 +1016,11 @@ class DelayQueue(Generic[PayloadT]):
             or (self._durability is not None and self._durability.after_ack)
             or (watch.quiet_until() or 0.0) > backend.monotonic()  # nothing due to fetch yet
         ):
-            return (self.ack_many([task]))[0]
+            self._check_open()
+            (acked,) = shard.ack([task])  # the loop's common step: straight to its shard
+            if acked:
+                object.__setattr__(task, "_settled", True)
+            return acked
         tasks, result = self._fetch(watch, want, acks=[task])
         now = backend.monotonic()
         watch.ahead.tasks.extend((t, now) for t in tasks)
