@@ -171,6 +171,8 @@ class _Routes:
 
     def home(self, route: str) -> AsyncShard:
         """The shard of a routing value (a dedup key or a task id) in the current layout."""
+        if len(self.current) == 1:  # unsharded: no hash on the producer's hot path
+            return self.current[0]
         return self.current[sharding.shard_of(route, len(self.current))]
 
     def searched(self, task_id: str) -> list[AsyncShard]:
