@@ -133,12 +133,6 @@ def recorded_layout(value: object) -> Layout | None:
     return Layout(int(current), int(previous) if previous else None)
 
 
-def recorded_count(value: object) -> int | None:
-    """The shard count stored in Redis for a queue (``None`` if none is)."""
-    layout = recorded_layout(value)
-    return None if layout is None else layout.shards
-
-
 def shards_key(prefix: str) -> str:
     """The hash of logical queue name -> shard count (outside any queue's slot, like the
     registry: written by clients, never by scripts)."""
