@@ -42,6 +42,9 @@ PAIRS: list[tuple[str, str]] = [
     ("src/delayq/_async/sentinel.py", "src/delayq/_sync/sentinel.py"),
     # the outbox
     ("src/delayq/outbox/_async/outbox.py", "src/delayq/outbox/_sync/outbox.py"),
+    # the way off Redisson
+    ("src/delayq/redisson/_async/producer.py", "src/delayq/redisson/_sync/producer.py"),
+    ("src/delayq/redisson/_async/migrate.py", "src/delayq/redisson/_sync/migrate.py"),
     # tests of both front ends (flavor.py is written by hand on each side)
     ("tests/integration/_async/test_smoke.py", "tests/integration/_sync/test_smoke.py"),
     ("tests/integration/_async/test_outbox.py", "tests/integration/_sync/test_outbox.py"),
@@ -67,7 +70,10 @@ RULES: list[tuple[str, str]] = [
     (r"\bAsyncConsumer\b", "Consumer"),
     (r"\bAsyncWorker\b", "Worker"),
     (r"\bAsyncOutbox\b", "Outbox"),
+    (r"\bAsync(RedissonDelayedQueue|Migration)\b", r"\1"),
     (r"\baconnect\b", "connect"),
+    # a front end outside the package imports the connection layer's own flavour
+    (r"from \.\.\._async import", "from ..._sync import"),
     # the language
     (r"\b__aiter__\b", "__iter__"),
     (r"\b__anext__\b", "__next__"),

@@ -28,6 +28,12 @@ class Op(StrEnum):
     BURY = "bury"
     TASKS = "tasks"
     PURGE = "purge"
+    # the way off Redisson's RDelayedQueue (delayq.redisson)
+    REDISSON_OFFER = "redisson_offer"
+    REDISSON_MOVE = "redisson_move"
+    REDISSON_CLAIM = "redisson_claim"
+    REDISSON_LAND = "redisson_land"
+    REDISSON_RELEASE = "redisson_release"
 
 
 @dataclass(frozen=True, slots=True)

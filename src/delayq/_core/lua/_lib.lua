@@ -170,3 +170,17 @@ local function finish(ids, tokens, now)
   end
   return reply, #done
 end
+
+-- Write one task moved in from another queue system (redisson_move.lua, redisson_land.lua):
+-- pending until due_ms, or dead-lettered at once with err when it could not be decoded.
+-- Returns 1 = written pending, 2 = written dead, 3 = the id is taken (nothing written).
+local function land_task(id, due_ms, envelope, err, now)
+  if redis.call('HSETNX', K_TASKS, id, envelope) == 0 then return 3 end
+  if err ~= '' then
+    bury(id, 9, now, err)
+    return 2
+  end
+  redis.call('ZADD', K_DELAYED, fmt(score(due_ms, 9)), id)
+  count('offered', 1)
+  return 1
+end

@@ -1,0 +1,2 @@
+"""The asyncio side of ``delayq.redisson``. ``_sync`` is generated from it by
+``scripts/unasync.py``."""

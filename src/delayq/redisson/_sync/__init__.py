@@ -1,0 +1,1 @@
+"""The synchronous side of ``delayq.redisson``, generated from ``_async``."""
