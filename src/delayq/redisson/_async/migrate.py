@@ -137,7 +137,6 @@ class AsyncMigration:
                 f"{self.source.name!r} (queue {target.name!r} is in another cluster slot)"
             )
         self._path = self._wanted_path or possible
-        await conn.command("SADD", target.registry, target.name)  # consumers know the queue
         return self._path
 
     def describe(self, path: str) -> str:
@@ -185,8 +184,9 @@ class AsyncMigration:
                     counts.by_format[kind] = counts.by_format.get(kind, 0) + 1
                 if len(first) < limit:
                     first.append(item)
-        ready = await conn.command("LRANGE", keys.destination, 0, max(limit - len(first), 0) - 1)
-        first += [self._decoding.ready(raw, "preview", i) for i, raw in enumerate(ready)]
+        if len(first) < limit:
+            ready = await conn.command("LRANGE", keys.destination, 0, limit - len(first) - 1)
+            first += [self._decoding.ready(raw, "preview", i) for i, raw in enumerate(ready)]
         return backlog, counts, first
 
     # -- moving -----------------------------------------------------------------------------
@@ -279,6 +279,7 @@ class AsyncMigration:
         Redisson's own channel, until ``stop()`` is true. The summary of the run."""
         started, began = datetime.now(UTC), time.monotonic()
         path = await self.path()
+        await self._runner.command("SADD", self.target.registry, self.target.name)  # known now
         before = await self.backlog()
         notifier = None
         if follow:  # subscribed before the first look: no offer slips between the two

@@ -138,7 +138,6 @@ class Migration:
                 f"{self.source.name!r} (queue {target.name!r} is in another cluster slot)"
             )
         self._path = self._wanted_path or possible
-        conn.command("SADD", target.registry, target.name)  # consumers know the queue
         return self._path
 
     def describe(self, path: str) -> str:
@@ -186,8 +185,9 @@ class Migration:
                     counts.by_format[kind] = counts.by_format.get(kind, 0) + 1
                 if len(first) < limit:
                     first.append(item)
-        ready = conn.command("LRANGE", keys.destination, 0, max(limit - len(first), 0) - 1)
-        first += [self._decoding.ready(raw, "preview", i) for i, raw in enumerate(ready)]
+        if len(first) < limit:
+            ready = conn.command("LRANGE", keys.destination, 0, limit - len(first) - 1)
+            first += [self._decoding.ready(raw, "preview", i) for i, raw in enumerate(ready)]
         return backlog, counts, first
 
     # -- moving -----------------------------------------------------------------------------
@@ -280,6 +280,7 @@ class Migration:
         Redisson's own channel, until ``stop()`` is true. The summary of the run."""
         started, began = datetime.now(UTC), time.monotonic()
         path = self.path()
+        self._runner.command("SADD", self.target.registry, self.target.name)  # known now
         before = self.backlog()
         notifier = None
         if follow:  # subscribed before the first look: no offer slips between the two
