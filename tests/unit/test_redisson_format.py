@@ -138,3 +138,22 @@ def test_counts_and_summary_text() -> None:
     text = summary.text()
     assert "moved           1 tasks (3.21.1+: 1), 1/s" in text
     assert "dead-lettered   1" in text and empty.empty
+
+
+def test_the_redisson_face_pairs_sync_and_async_classes() -> None:
+    import inspect
+
+    import delayq.redisson as face
+
+    assert face.__all__ == sorted(face.__all__)
+    for sync, async_ in (
+        (face.RedissonDelayedQueue, face.AsyncRedissonDelayedQueue),
+        (face.Migration, face.AsyncMigration),
+    ):
+        public = {n for n in dir(sync) if not n.startswith("_")}
+        assert public == {n for n in dir(async_) if not n.startswith("_")}
+        for method in public:
+            if callable(getattr(sync, method)):
+                assert inspect.signature(getattr(sync, method)) == inspect.signature(
+                    getattr(async_, method)
+                ), method
