@@ -156,3 +156,14 @@ def test_follow_until_ctrl_c(server: EmbeddedRedis, client: redis.Redis, prefix:
         out, err = process.communicate(timeout=20)
     assert process.returncode == 0, err
     assert "moved           50 tasks" in out
+
+
+def test_the_migration_bench_runs_at_tiny_size() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.redisson_migrate", "--tasks", "500", "--span", "8",
+         "--rate", "20"],
+        capture_output=True, text=True, timeout=120, cwd=os.path.dirname(os.path.dirname(
+            os.path.dirname(os.path.abspath(__file__)))),
+    )  # fmt: skip
+    assert "lost 0, twice 0, early 0" in done.stdout, done.stdout + done.stderr
+    assert "tasks/s (atomic batches of 100)" in done.stdout

@@ -136,7 +136,7 @@ def test_counts_and_summary_text() -> None:
     summary = Summary("orders", "orders", "atomic", "2026-12-01T22:00:00+00:00", 2.0,
                       counts, Backlog(2, 2, 0, 0, 0, 1, 2), empty)  # fmt: skip
     text = summary.text()
-    assert "moved           1 tasks (3.21.1+: 1), 1/s" in text
+    assert "moved           1 tasks (3.21.1+: 1), 1/s over the run" in text
     assert "dead-lettered   1" in text and empty.empty
 
 

@@ -220,7 +220,7 @@ class Summary:
             f"  started         {self.started_at}, ran {format_duration(self.elapsed_s)}",
             f"  move            {self.path}",
             f"  before          {b.pending:,} delayed, {b.ready:,} ready in the list",
-            f"  moved           {c.moved:,} tasks ({formats}), {self.rate:,.0f}/s",
+            f"  moved           {c.moved:,} tasks ({formats}), {self.rate:,.0f}/s over the run",
             f"  dead-lettered   {c.dead_lettered:,} (undecodable, raw bytes kept)",
             f"  taken by Java   {c.gone:,} (a Redisson timer or consumer got there first)",
             f"  left            {a.pending:,} delayed, {a.ready:,} ready, {a.claimed:,} claims",
