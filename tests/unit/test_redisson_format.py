@@ -157,3 +157,17 @@ def test_the_redisson_face_pairs_sync_and_async_classes() -> None:
                 assert inspect.signature(getattr(sync, method)) == inspect.signature(
                     getattr(async_, method)
                 ), method
+
+
+def test_queues_that_do_not_migrate_carry_none_of_it() -> None:
+    """The shared Lua library's land_task goes only into the Redisson scripts: every other
+    script's source (so its SHA and its cost per call) is what it was without it."""
+    from delayq._core.scripts import Op, script
+
+    for op in Op:
+        source = script(op).source
+        if op.value.startswith("redisson_"):
+            continue
+        assert "land_task" not in source and "redisson" not in source.lower(), op
+    assert "local function land_task" in script(Op.REDISSON_MOVE).source
+    assert "local function land_task" in script(Op.REDISSON_LAND).source

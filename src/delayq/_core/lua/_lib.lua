@@ -170,11 +170,12 @@ local function finish(ids, tokens, now)
   end
   return reply, #done
 end
-
--- Write one task moved in from another queue system (redisson_move.lua, redisson_land.lua):
--- pending until due_ms, or dead-lettered at once with err when it could not be decoded.
--- Returns 1 = written pending, 2 = written dead, 3 = the id is taken (nothing written).
 local function land_task(id, due_ms, envelope, err, now)
+  -- Write one task moved in from another queue system (redisson_move.lua and
+  -- redisson_land.lua): pending until due_ms, or dead-lettered at once with err when it
+  -- could not be decoded. Returns 1 = written pending, 2 = written dead, 3 = the id is
+  -- taken (nothing written). (The comment is inside: a comment above a function would be
+  -- carried by the function before it into every script that uses that one.)
   if redis.call('HSETNX', K_TASKS, id, envelope) == 0 then return 3 end
   if err ~= '' then
     bury(id, 9, now, err)
