@@ -32,7 +32,7 @@ from ..._core.connection import Topology
 from ..._core.envelope import EnvelopeCodec
 from ..._core.keys import QueueKeys
 from ..._core.protocol import new_nonce
-from ..._core.redisson import RedissonKeys, codec_of, unpack_member
+from ..._core.redisson import RedissonKeys, codec_of
 from ..._core.redisson_moves import (
     Backlog,
     Counts,
@@ -177,10 +177,10 @@ class AsyncMigration:
             raws = await conn.command("LRANGE", keys.members, start, start + 999)
             for raw in raws:
                 item = self._decoding.pending(raw)
-                if item.error:
+                if item.format is None:
                     counts.dead_lettered += 1
                 else:
-                    kind = unpack_member(raw).format.value
+                    kind = item.format.value
                     counts.by_format[kind] = counts.by_format.get(kind, 0) + 1
                 if len(first) < limit:
                     first.append(item)
