@@ -140,6 +140,8 @@ def migrate(
     list (due now) becomes a delayq task, once; an undecodable one a dead letter with its raw
     bytes. Java producers may keep offering: --follow moves their offers as they come, woken
     by Redisson's own channel. Run --dry-run first.
+
+    Example: delayq redisson migrate orders --to orders --codec json-jackson --dry-run
     """
     migration = Migration(
         name, to, redis, codec=codec, keep_class=not drop_class, prefix=prefix,
