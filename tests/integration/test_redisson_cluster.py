@@ -119,3 +119,28 @@ def test_follow_on_a_cluster_is_woken_by_redissons_channel(
         producer.join()
     # woken by each offer's message: far sooner than the 60 s safety interval
     assert summary.counts.moved == 40 and time.monotonic() - started < 30
+
+
+def test_a_consumer_on_the_cluster_is_woken_by_the_move(
+    cluster: EmbeddedCluster, cluster_client: RedisCluster, prefix: str
+) -> None:
+    """The migration announces on the queue's shard channel, as delayq's own offers do: a
+    consumer asleep on the queue gets a moved task at once, not at its safety interval."""
+    name = f"orders-{prefix}"
+    url = cluster_url(cluster)
+    got: list[object] = []
+    with DelayQueue(name, url, prefix=prefix, safety_interval=60, create=True) as queue:
+        queue.poll(timeout=0)  # subscribed
+        consumer = threading.Thread(target=lambda: got.append(queue.poll(timeout=20)))
+        consumer.start()
+        time.sleep(0.5)  # the consumer is asleep in its wait, not in a look
+        java = RedissonClient(cluster_client, name)
+        java.offer(b"wake-up", 200)
+        started = time.monotonic()
+        with Migration(name, name, url, prefix=prefix) as migration:
+            migration.run()
+        consumer.join(30)
+        took = time.monotonic() - started
+    (task,) = got
+    assert task is not None and task.payload == "wake-up"
+    assert took < 5  # woken by the announcement (the safety interval is 60 s)

@@ -111,6 +111,8 @@ class Migration:
             reconnect_s = setting_s(reconnect_timeout, "reconnect_timeout")
         self._runner = runner.connect(redis, f"delayq-migrate:{name}", reconnect_s, label=to)
         self._owns_runner = not runner.shared(redis)
+        if self._runner.topology is Topology.CLUSTER:  # consumers there listen on a shard channel
+            self.target = QueueKeys(prefix, to, sharded_channel=True)
         self.counts = Counts()
 
     # -- planning ---------------------------------------------------------------------------
