@@ -188,6 +188,8 @@ def run(url: str, args: argparse.Namespace) -> int:
     doubled = sum(1 for n in seen.values() if n > 1)
     early = sum(1 for _, due, delivered, _ in rows if delivered < due)
     after = [handled - due for _, due, _, handled in rows if due >= move_done_ms]
+    after_bulk = [h - d for p, d, _, h in rows if d >= move_done_ms and p.startswith("bulk-")]
+    after_live = [h - d for p, d, _, h in rows if d >= move_done_ms and p.startswith("live-")]
     during = [handled - due for _, due, _, handled in rows if due < move_done_ms]
     load1, load5, _ = os.getloadavg()
     s = summary[0]
@@ -203,6 +205,8 @@ def run(url: str, args: argparse.Namespace) -> int:
                 f"lateness        due after the bulk move ({len(after):,} tasks): p50 "
                 f"{pct(after, 0.5):.1f} ms, p99 {pct(after, 0.99):.1f} ms, max "
                 f"{max(after, default=float('nan')):.1f} ms (bar p99 <= {BAR_P99_MS:g} ms)",
+                f"                of which migrated in bulk: p99 {pct(after_bulk, 0.99):.1f} ms; "
+                f"offered live, moved by --follow: p99 {pct(after_live, 0.99):.1f} ms",
                 f"                due during the bulk move ({len(during):,} tasks, no Redisson "
                 f"timer running): max {max(during, default=0):.0f} ms late",
                 f"machine         load average {load1:.2f} / {load5:.2f} (1/5 min) on "
