@@ -445,3 +445,50 @@ async def test_the_asyncio_front_end_offers_and_migrates(
         assert sorted(got) == list(range(120))
     finally:
         await queue.close()
+
+
+def test_a_msgpack_queue_gets_msgpack_envelopes(
+    redis_url: str, client: redis.Redis, make_queue: Callable[..., DelayQueue], prefix: str,
+    name: str,
+) -> None:  # fmt: skip
+    java = RedissonClient(client, name)
+    java.offer(b'{"@class":"com.shop.T","orderId":1}', 0)
+    with Migration(
+        name, name, redis_url, codec="json-jackson", prefix=prefix, queue_codec="msgpack"
+    ) as migration:
+        assert migration.run().counts.moved == 1
+    (task,) = drain(make_queue(name, codec="msgpack"), 1)
+    assert task.payload == {"orderId": 1} and task.headers == {CLASS_HEADER: "com.shop.T"}
+
+
+def test_a_claim_landed_again_without_its_receipt_writes_nothing_twice(
+    redis_url: str, client: redis.Redis, make_queue: Callable[..., DelayQueue], prefix: str,
+    name: str,
+) -> None:  # fmt: skip
+    """Past the receipt's lifetime the ids still guard: a task that is still in delayq keeps
+    its id (derived from the member), so landing its claim again finds the id taken."""
+    java = RedissonClient(client, name)
+    for i in range(5):
+        java.offer(b"r%d" % i, 60_000)
+    keys = RedissonKeys(name)
+    crashed = Migration(name, name, redis_url, prefix=prefix, path="claims")
+    real_run = crashed._runner.run
+
+    def lose_the_release(op: Any, keys_: Any, args: Any) -> Any:
+        if op is Op.REDISSON_RELEASE:
+            client.delete(*client.keys(f"{prefix}:*redisson:*"))  # the receipt ran out
+            raise SystemExit("killed")
+        return real_run(op, keys_, args)
+
+    crashed._runner.run = lose_the_release  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        crashed.run()
+    crashed._runner.run = real_run  # type: ignore[method-assign]
+    crashed.close()
+    assert client.hlen(keys.claims) == 1
+    with Migration(name, name, redis_url, prefix=prefix, path="claims") as migration:
+        summary = migration.run()
+    assert summary.counts.conflicts == 5 and summary.counts.moved == 0
+    assert client.hlen(keys.claims) == 0
+    queue = make_queue(name)
+    assert sorted(i.payload for i in queue.tasks("delayed")) == [f"r{i}" for i in range(5)]

@@ -153,7 +153,7 @@ class Counts:
     moved: int = 0
     dead_lettered: int = 0
     gone: int = 0  # taken by a Redisson client (its timer or a consumer) before us
-    conflicts: int = 0  # delayq ids taken: left in Redisson
+    conflicts: int = 0  # delayq ids taken: not written (left in Redisson on the atomic path)
     batches: int = 0
     by_format: dict[str, int] = field(default_factory=dict)
 
@@ -226,5 +226,8 @@ class Summary:
             f"  left            {a.pending:,} delayed, {a.ready:,} ready, {a.claimed:,} claims",
         ]
         if c.conflicts:
-            lines.append(f"  id conflicts    {c.conflicts:,} (left in Redisson)")
+            lines.append(
+                f"  id taken        {c.conflicts:,} (a delayq task has that id: not written "
+                "again; see 'left')"
+            )
         return "\n".join(lines)
