@@ -492,3 +492,20 @@ def test_a_claim_landed_again_without_its_receipt_writes_nothing_twice(
     assert client.hlen(keys.claims) == 0
     queue = make_queue(name)
     assert sorted(i.payload for i in queue.tasks("delayed")) == [f"r{i}" for i in range(5)]
+
+
+def test_both_member_formats_in_one_queue_migrate_together(
+    redis_url: str, client: redis.Redis, make_queue: Callable[..., DelayQueue], prefix: str,
+    name: str,
+) -> None:  # fmt: skip
+    """A queue offered to by Redisson before and after 3.21.1: its own timer fails on the
+    old members for ever (#5595); the migration moves both."""
+    RedissonClient(client, name, MemberFormat.LEGACY).offer(b"old", 0)
+    current = RedissonClient(client, name)
+    current.offer(b"new", 0)
+    with pytest.raises(redis.ResponseError, match="unpack"):
+        current.transfer()
+    with Migration(name, name, redis_url, prefix=prefix) as migration:
+        summary = migration.run()
+    assert summary.counts.by_format == {"pre-3.21.1": 1, "3.21.1+": 1}
+    assert sorted(t.payload for t in drain(make_queue(name), 2)) == ["new", "old"]
