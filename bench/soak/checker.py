@@ -107,7 +107,7 @@ class Report:
     lateness_ms: list[tuple[float, int]]  # (seen, lateness) of first deliveries
     p99_outside_ms: float | None
     p99_inside_ms: float | None
-    recoveries: list[tuple[Window, float | None]]  # seconds from a fault's end to on time
+    recoveries: list[tuple[Window, float]]  # seconds from a fault's end to on time again
     dead: int
     counts: dict[str, int] = field(default_factory=dict)
 
@@ -170,8 +170,16 @@ def windows_of(events: Iterable[Event], grace_s: float, end_t: float) -> list[Wi
     return sorted(found, key=lambda w: w.start)
 
 
-def check(events: Sequence[Event], *, grace_s: float = 5.0, late_bound_ms: float = 250.0) -> Report:
-    """Check every property of the history ``events`` (in time order, as :func:`load` gives)."""
+def check(
+    events: Sequence[Event],
+    *,
+    grace_s: float = 5.0,
+    late_bound_ms: float = 250.0,
+    min_offers: int = 0,
+) -> Report:
+    """Check every property of the history ``events`` (in time order, as :func:`load` gives).
+    ``min_offers``: fewer acknowledged offers (or tasks delivered) than this is an ``idle``
+    anomaly: a run that did nothing proves nothing."""
     end_t = events[-1].t if events else 0.0
     windows = windows_of(events, grace_s, end_t)
     invokes: dict[tuple[str, int], Event] = {}
@@ -201,7 +209,11 @@ def check(events: Sequence[Event], *, grace_s: float = 5.0, late_bound_ms: float
             final.update(v["states"])
         elif e.f == "offer" and start is not None:
             sv = start.value
-            if e.type == OK and v.get("outcome") in ("created", "replaced"):
+            # "existing" under the caller's own id: a retried offer that had landed before.
+            own = (
+                v.get("outcome") == "existing" and v.get("id") == sv.get("id") and not sv.get("key")
+            )
+            if e.type == OK and (v.get("outcome") in ("created", "replaced") or own):
                 offered.setdefault(
                     v["id"],
                     Offered(v["id"], start.t, e.t, sv.get("key"), bool(sv.get("durable")),
@@ -210,10 +222,10 @@ def check(events: Sequence[Event], *, grace_s: float = 5.0, late_bound_ms: float
             elif e.type == UNKNOWN and sv.get("id"):
                 unknown_offers.add(sv["id"])
         elif e.f == "outbox" and start is not None:
-            for task_id in start.value["ids"]:
+            for task_id in v.get("ids", []):
                 if e.type == OK:
-                    commits[task_id] = bool(start.value["commit"])
-                    if start.value["commit"]:
+                    commits[task_id] = bool(v["commit"])
+                    if v["commit"]:
                         offered.setdefault(
                             task_id, Offered(task_id, start.t, e.t, None, True, "outbox")
                         )
@@ -224,7 +236,7 @@ def check(events: Sequence[Event], *, grace_s: float = 5.0, late_bound_ms: float
             if start.value["id"] in offered:
                 offered[start.value["id"]].cancelled = e.t
                 _ended(offered[start.value["id"]], start.t)
-        elif e.f in ("fetch", "deliver") and e.type == OK and v.get("id"):
+        elif e.f in ("fetch", "deliver") and e.type in (OK, INFO) and v.get("id"):
             d = Delivery(
                 v["id"], e.process, e.t, start.t if start is not None else None,
                 int(v["due_ms"]), int(v["delivered_ms"]), int(v["attempts"]), v.get("token", ""),
@@ -250,7 +262,7 @@ def check(events: Sequence[Event], *, grace_s: float = 5.0, late_bound_ms: float
 
     def explain(t0: float, t1: float, process: str | None = None) -> str | None:
         for w in windows:
-            if w.covers(t0, t1) and (w.fault in SERVER_FAULTS or w.target == process):
+            if w.covers(t0, t1) and (w.fault in SERVER_FAULTS or w.target == _base(process)):
                 return f"{w.fault} {w.target}".strip()
         return None
 
@@ -387,6 +399,11 @@ def check(events: Sequence[Event], *, grace_s: float = 5.0, late_bound_ms: float
             "late", "", f"p99 lateness outside fault windows {p99_out:.1f} ms > "
             f"{late_bound_ms:.0f} ms ({len(outside)} deliveries)", end_t,
         ))  # fmt: skip
+    if len(offered) < min_offers or len(deliveries) < min_offers:
+        anomalies.append(Anomaly(
+            "idle", "", f"{len(offered)} acknowledged offers and {len(deliveries)} tasks "
+            "delivered: the history tests nothing", end_t,
+        ))  # fmt: skip
     recoveries = [(w, _recovery(w, lateness, late_bound_ms)) for w in windows]
     counts = {
         "unknown_offers": len(unknown_offers),
@@ -416,10 +433,15 @@ def _server_fault_after(windows: Sequence[Window], t: float) -> str | None:
 def _own_fault(faulted: dict[str, list[Window]], process: str, t0: float, t1: float) -> str | None:
     """A fault of the consumer itself (killed, stopped, its clock moved) between its delivery
     and the next: its lease lapsed, so the redelivery is at-least-once doing its job."""
-    for w in faulted.get(process, []):
+    for w in faulted.get(_base(process), []):
         if w.covers(t0, t1):
             return f"{w.fault} {process}"
     return None
+
+
+def _base(process: str | None) -> str | None:
+    """A client's name without its incarnation (``take-0#2`` -> ``take-0``)."""
+    return process.split("#")[0] if process else process
 
 
 def _p99(values: Sequence[int]) -> float | None:
@@ -428,12 +450,11 @@ def _p99(values: Sequence[int]) -> float | None:
     return float(statistics.quantiles(values, n=100, method="inclusive")[98])
 
 
-def _recovery(w: Window, lateness: Sequence[tuple[float, int]], bound_ms: float) -> float | None:
-    """Seconds from the fault's end until the first first-delivery on time after it."""
-    for t, ms in lateness:
-        if t > w.stop and ms <= bound_ms:
-            return t - w.stop
-    return None
+def _recovery(w: Window, lateness: Sequence[tuple[float, int]], bound_ms: float) -> float:
+    """Seconds from the fault's end until the last late first delivery (over ``bound_ms``)
+    seen inside its window: how long the backlog took to clear; 0 if none was late after."""
+    late = [t for t, ms in lateness if w.start <= t <= w.end and ms > bound_ms]
+    return max(0.0, max(late) - w.stop) if late else 0.0
 
 
 def summary(report: Report) -> dict[str, Any]:

@@ -105,6 +105,13 @@ def test_a_non_durable_loss_after_a_redis_kill_is_explained_but_counted() -> Non
     assert report.count("lost") == 1 and "redis-kill" in (report.anomalies[0].explained or "")
 
 
+def test_a_history_with_no_load_proves_nothing() -> None:
+    h = H()
+    h.clock(10)
+    h.final(9.9)
+    assert [a.kind for a in h.check(min_offers=1).unexplained()] == ["idle"]
+
+
 def test_a_task_still_waiting_after_the_drain_is_stuck() -> None:
     h = H()
     h.clock(10)
@@ -237,8 +244,8 @@ def test_a_worker_killed_before_its_ack_explains_the_redelivery() -> None:
 def test_the_outbox_must_deliver_exactly_the_committed_set() -> None:
     h = H()
     h.clock(10)
-    h.op("outbox-producer", "outbox", 1, 1.01, inv={"ids": ["c1"], "commit": True})
-    h.op("outbox-producer", "outbox", 1, 1.01, inv={"ids": ["r1"], "commit": False})
+    h.op("outbox-producer", "outbox", 1, 1.01, ids=["c1"], commit=True)
+    h.op("outbox-producer", "outbox", 1, 1.01, ids=["r1"], commit=False)
     h.deliver("take-1", "r1", 2.0, 1_000_002 * 1000)
     h.final(9)
     kinds = sorted(a.kind for a in h.check().unexplained())
@@ -260,7 +267,7 @@ def test_lateness_outside_fault_windows_has_a_bound_and_windows_are_excused() ->
     assert report.valid, report.anomalies
     assert report.p99_inside_ms is not None and report.p99_inside_ms > 3000
     [(window, recovered)] = report.recoveries
-    assert window.fault == "redis-pause" and recovered is not None and recovered < 6
+    assert window.fault == "redis-pause" and 3 < recovered < 5  # the last 4 s-late one came at 12
 
 
 def test_the_recorder_writes_lines_the_loader_reads_and_a_cut_line_is_skipped(tmp_path) -> None:  # type: ignore[no-untyped-def]
