@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="admin DSN for a private outbox database; '' for none")  # fmt: skip
     p.add_argument("--network", action="store_true",
                    help="Redis in a network namespace (needed by 'partition'; root)")  # fmt: skip
+    p.add_argument("--topology", choices=("standalone", "sentinel"), default="standalone")
     p.add_argument("--late-bound-ms", type=float, default=250.0)
     p.add_argument("--out", default="", help="directory for the history and result.json")
     a = p.parse_args(argv)
@@ -39,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         duration_s=a.duration, seed=a.seed, fsync=a.fsync, faults=faults,
         fault_every_s=a.fault_every, fault_length_s=a.fault_length, rate=a.rate,
         consumers=tuple(a.consumers.split(",")), outbox_dsn=a.outbox or None,
-        network=a.network or "partition" in faults, late_bound_ms=a.late_bound_ms, out=a.out,
+        network=(a.network or "partition" in faults) and a.topology == "standalone",
+        topology=a.topology, late_bound_ms=a.late_bound_ms, out=a.out,
     )  # fmt: skip
     harness = Harness(config)
     report = harness.run()

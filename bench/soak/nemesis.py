@@ -32,9 +32,12 @@ if TYPE_CHECKING:
 
 FAULTS = (
     "consumer-kill", "consumer-stop", "relay-kill", "client-clock", "redis-kill",
-    "redis-pause", "redis-sleep", "maxmemory", "server-clock", "partition",
+    "redis-pause", "redis-sleep", "maxmemory", "server-clock", "partition", "failover",
+    "master-stop",
 )  # fmt: skip
 NEEDS_NETWORK = frozenset({"partition"})
+STANDALONE_ONLY = frozenset({"redis-kill", "server-clock", "partition"})
+SENTINEL_ONLY = frozenset({"failover", "master-stop"})
 NS_PREFIX = "dqsoak-"
 
 
@@ -134,7 +137,10 @@ class Nemesis:
     def __init__(self, harness: Harness) -> None:
         self.h = harness
         c = harness.config
-        self.faults = [f for f in c.faults if f in FAULTS and (c.network or f not in NEEDS_NETWORK)]
+        unfit = SENTINEL_ONLY if c.topology == "standalone" else STANDALONE_ONLY
+        if not c.network:
+            unfit = unfit | NEEDS_NETWORK
+        self.faults = [f for f in c.faults if f in FAULTS and f not in unfit]
         if not harness.pg_dsn:
             self.faults = [f for f in self.faults if f != "relay-kill"]
         self.rnd = random.Random(c.seed * 7919)
@@ -197,9 +203,10 @@ class Nemesis:
         return procs[int(draw * len(procs))] if procs else None
 
     def _redis(self) -> redis.Redis:
-        s = self.h.server
-        assert s is not None
-        return redis.Redis(host=s.host, port=s.port, socket_timeout=5, socket_connect_timeout=2)
+        if self.h.group is not None:  # the master of the moment, directly
+            client: redis.Redis = self.h.group.master().client(socket_timeout=5)
+            return client
+        return self.h.master_client()
 
     # -- the faults -------------------------------------------------------------------------
 
@@ -301,4 +308,33 @@ class Nemesis:
         net.shape(mode)
         self._hold(min(length, 6.0))
         net.heal()
+        self._end(name, fault, "redis")
+
+    # -- Sentinel -----------------------------------------------------------------------------
+
+    def _failover(self, fault: str, length: float, draw: float) -> None:
+        """kill -9 of the master: the sentinels promote a replica; the old master comes back
+        as a replica after the fault (its AOF replayed, then resynced from the new one)."""
+        group = self.h.group
+        old = group.master()
+        name = self._window(fault, "redis", node=old.port)
+        old.kill()
+        group.wait_for_new_master(old, 60)
+        self._hold(length)
+        group.restart(old, 30)
+        self._end(name, fault, "redis")
+
+    def _master_stop(self, fault: str, length: float, draw: float) -> None:
+        """SIGSTOP of the master long enough for a failover, then SIGCONT: it wakes up
+        believing it is the master until the sentinels demote it."""
+        group = self.h.group
+        old = group.master()
+        name = self._window(fault, "redis", node=old.port)
+        old.pause()
+        try:
+            group.wait_for_new_master(old, 60)
+            self._hold(length)
+        finally:
+            old.resume()
+        group.wait_role(old, "slave", 60)
         self._end(name, fault, "redis")

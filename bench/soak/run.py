@@ -53,6 +53,7 @@ class Config:
     out: str = ""
     extra_env: dict[str, str] = field(default_factory=dict)  # for the clients (tests' patches)
     network: bool = False  # Redis in a network namespace behind a veth pair (partitions)
+    topology: str = "standalone"  # or "sentinel": a master, two replicas, three sentinels
 
 
 class Proc:
@@ -112,6 +113,8 @@ class Harness:
         self.queue = "soak"
         self.procs: list[Proc] = []
         self.server: Server | None = None
+        self.group: Any = None  # tests.topology.SentinelGroup, on the sentinel topology
+        self.url = ""
         self.net: Any = None
         self.pg_dsn: str | None = None
         self._pg_db: str | None = None
@@ -168,6 +171,8 @@ class Harness:
                     p.terminate(5)
             if self.server is not None:
                 self.server.stop()
+            if self.group is not None:
+                self.group.stop()
             if self.net is not None:
                 self.net.remove()
             self._drop_database()
@@ -178,14 +183,24 @@ class Harness:
 
         c = self.config
         fake = "server-clock" in c.faults
-        if c.network:
+        if c.topology == "sentinel":
+            # The topology toolkit of the fault tests, written once (tests/topology.py).
+            from tests.topology import SentinelGroup
+
+            self.group = SentinelGroup(
+                aof=True, extra_args=["--appendfsync", c.fsync, "--enable-debug-command", "yes"]
+            ).start()
+            url = self.group.url
+        elif c.network:
             self.net = nemesis.Network.create()
             self.server = Server(
                 fsync=c.fsync, host=self.net.inner, prefix=self.net.exec_prefix, fake_clock=fake
             ).start()
+            url = self.server.url
         else:
             self.server = Server(fsync=c.fsync, fake_clock=fake).start()
-        url = self.server.url
+            url = self.server.url
+        self.url = url
         if c.outbox_dsn:
             self._create_database(c.outbox_dsn)
         common = [
@@ -197,6 +212,8 @@ class Harness:
             extra = ["--rate", str(c.rate), "--slow-fraction", str(c.slow_fraction)]
             if c.fsync == "always":
                 extra.append("--durable-all")
+            if self.group is not None:
+                extra += ["--replicas", "1"]  # half the offers with Durability(replicas=1)
             self._add(f"producer-{k}", "producer", [*common, *extra, "--seed", str(c.seed + k)])
         for k, role in enumerate(c.consumers):
             self._add(f"{role}-{k}", role, [*common, "--seed", str(c.seed * 100 + k)])
@@ -230,12 +247,19 @@ class Harness:
 
     # -- the clock samples ------------------------------------------------------------------
 
-    def _sample_clock(self) -> None:
+    def master_client(self) -> redis.Redis:
+        """A client of the current master (through the sentinels on that topology)."""
+        if self.group is not None:
+            client: redis.Redis = self.group.master_for(socket_timeout=2)
+            return client
         assert self.server is not None
-        client = redis.Redis(
-            host=self.server.host, port=self.server.port, socket_timeout=0.5,
-            socket_connect_timeout=0.5,
+        return redis.Redis(
+            host=self.server.host, port=self.server.port, socket_timeout=2,
+            socket_connect_timeout=1,
         )  # fmt: skip
+
+    def _sample_clock(self) -> None:
+        client = self.master_client()
         while not self._stop.is_set():
             with contextlib.suppress(redis.RedisError, OSError):
                 t0 = time.monotonic()
@@ -276,8 +300,7 @@ class Harness:
                 p.terminate()
 
     def _queue(self) -> DelayQueue:
-        assert self.server is not None
-        return DelayQueue(self.queue, self.server.url, prefix=self.prefix)
+        return DelayQueue(self.queue, self.url, prefix=self.prefix)
 
     def _survey(self) -> None:
         """Where every task ever offered is now: gone, or its state."""
