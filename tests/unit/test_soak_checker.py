@@ -282,3 +282,33 @@ def test_the_recorder_writes_lines_the_loader_reads_and_a_cut_line_is_skipped(tm
     assert [(e.type, e.f) for e in events] == [("invoke", "cancel"), ("ok", "cancel"),
                                               ("info", "fault")]  # fmt: skip
     assert events[1].value == {"cancelled": True} and events[0].i == events[1].i
+
+
+def test_the_report_gives_a_row_per_fault_alone_combined_and_none_and_a_plot(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import xml.etree.ElementTree as ET
+
+    from bench.soak.report import Run, markdown, svg, totals
+
+    h = H()
+    h.clock(30)
+    for k in range(40):
+        due = h.offer("producer", f"t{k}", 1 + k * 0.5, 0.5)
+        processed(h, "take-1", f"t{k}", 1.5 + k * 0.5 + 0.003, due)
+    h.fault("redis-pause", "redis", 5, 7)
+    h.fault("consumer-kill", "take-1", 6, 8)
+    h.fault("consumer-kill", "take-1", 15, 16)
+    h.final(29)
+    (tmp_path / "history").mkdir()
+    with open(tmp_path / "history" / "all.jsonl", "w") as f:
+        f.writelines(e.line() + "\n" for e in h.events)
+    config = {"duration_s": 20, "grace_s": 1.0, "late_bound_ms": 100, "fsync": "always",
+              "topology": "standalone"}  # fmt: skip
+    (tmp_path / "result.json").write_text(json.dumps({"config": config}))
+    run = Run.load(tmp_path)
+    table = markdown([run])
+    faults = [line.split(" | ")[2] for line in table.splitlines()[2:]]
+    assert faults == ["consumer-kill", "redis-pause", "(combined: 2+ kinds at once)", "(none)"]
+    assert "| valid |" in totals([run])
+    ET.fromstring(svg([run]))  # well-formed, with a shaded window per fault
+    assert svg([run]).count("<title>") == 3
