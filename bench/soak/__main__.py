@@ -25,7 +25,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="admin DSN for a private outbox database; '' for none")  # fmt: skip
     p.add_argument("--network", action="store_true",
                    help="Redis in a network namespace (needed by 'partition'; root)")  # fmt: skip
-    p.add_argument("--topology", choices=("standalone", "sentinel"), default="standalone")
+    p.add_argument(
+        "--topology", choices=("standalone", "sentinel", "cluster"), default="standalone"
+    )
     p.add_argument("--late-bound-ms", type=float, default=250.0)
     p.add_argument("--out", default="", help="directory for the history and result.json")
     a = p.parse_args(argv)

@@ -33,11 +33,14 @@ if TYPE_CHECKING:
 FAULTS = (
     "consumer-kill", "consumer-stop", "relay-kill", "client-clock", "redis-kill",
     "redis-pause", "redis-sleep", "maxmemory", "server-clock", "partition", "failover",
-    "master-stop",
+    "master-stop", "migrate",
 )  # fmt: skip
 NEEDS_NETWORK = frozenset({"partition"})
-STANDALONE_ONLY = frozenset({"redis-kill", "server-clock", "partition"})
-SENTINEL_ONLY = frozenset({"failover", "master-stop"})
+FIT = {
+    "standalone": frozenset(FAULTS) - {"failover", "master-stop", "migrate"},
+    "sentinel": frozenset(FAULTS) - {"redis-kill", "server-clock", "partition", "migrate"},
+    "cluster": frozenset(FAULTS) - {"redis-kill", "server-clock", "partition"},
+}
 NS_PREFIX = "dqsoak-"
 
 
@@ -137,10 +140,8 @@ class Nemesis:
     def __init__(self, harness: Harness) -> None:
         self.h = harness
         c = harness.config
-        unfit = SENTINEL_ONLY if c.topology == "standalone" else STANDALONE_ONLY
-        if not c.network:
-            unfit = unfit | NEEDS_NETWORK
-        self.faults = [f for f in c.faults if f in FAULTS and f not in unfit]
+        fit = FIT[c.topology] if c.network else FIT[c.topology] - NEEDS_NETWORK
+        self.faults = [f for f in c.faults if f in fit]
         if not harness.pg_dsn:
             self.faults = [f for f in self.faults if f != "relay-kill"]
         self.rnd = random.Random(c.seed * 7919)
@@ -203,10 +204,16 @@ class Nemesis:
         return procs[int(draw * len(procs))] if procs else None
 
     def _redis(self) -> redis.Redis:
-        if self.h.group is not None:  # the master of the moment, directly
+        if self.h.config.topology == "sentinel":  # the master of the moment, directly
             client: redis.Redis = self.h.group.master().client(socket_timeout=5)
             return client
         return self.h.master_client()
+
+    def _shard_master(self, draw: float) -> tuple[Any, int]:
+        """A cluster master serving one of the queue's shards, and that shard's slot."""
+        slots = self.h.shard_slots()
+        slot = slots[int(draw * len(slots))]
+        return self.h.group.master_of(slot), slot
 
     # -- the faults -------------------------------------------------------------------------
 
@@ -313,28 +320,49 @@ class Nemesis:
     # -- Sentinel -----------------------------------------------------------------------------
 
     def _failover(self, fault: str, length: float, draw: float) -> None:
-        """kill -9 of the master: the sentinels promote a replica; the old master comes back
-        as a replica after the fault (its AOF replayed, then resynced from the new one)."""
-        group = self.h.group
-        old = group.master()
+        """kill -9 of a master: the sentinels (or the cluster) promote its replica; the old
+        master comes back as a replica after the fault (AOF replayed, then resynced)."""
+        group, cluster = self.h.group, self.h.config.topology == "cluster"
+        old, slot = self._shard_master(draw) if cluster else (group.master(), None)
         name = self._window(fault, "redis", node=old.port)
         old.kill()
-        group.wait_for_new_master(old, 60)
+        if cluster:
+            group.wait_for_new_master(old, 60, slot=slot)
+        else:
+            group.wait_for_new_master(old, 60)
         self._hold(length)
         group.restart(old, 30)
+        if cluster:
+            group.wait_healthy(60)
         self._end(name, fault, "redis")
 
     def _master_stop(self, fault: str, length: float, draw: float) -> None:
-        """SIGSTOP of the master long enough for a failover, then SIGCONT: it wakes up
-        believing it is the master until the sentinels demote it."""
-        group = self.h.group
-        old = group.master()
+        """SIGSTOP of a master long enough for a failover, then SIGCONT: it wakes up
+        believing it is the master until it learns otherwise and becomes a replica."""
+        group, cluster = self.h.group, self.h.config.topology == "cluster"
+        old, slot = self._shard_master(draw) if cluster else (group.master(), None)
         name = self._window(fault, "redis", node=old.port)
         old.pause()
         try:
-            group.wait_for_new_master(old, 60)
+            if cluster:
+                group.wait_for_new_master(old, 60, slot=slot)
+            else:
+                group.wait_for_new_master(old, 60)
             self._hold(length)
         finally:
             old.resume()
-        group.wait_role(old, "slave", 60)
+        if cluster:
+            group.wait_healthy(60)
+        else:
+            group.wait_role(old, "slave", 60)
+        self._end(name, fault, "redis")
+
+    def _migrate(self, fault: str, length: float, draw: float) -> None:
+        """Move one shard's slot, keys and all, to another master under load."""
+        group = self.h.group
+        source, slot = self._shard_master(draw)
+        target = next(m for m in group.masters() if m is not source)
+        name = self._window(fault, "redis", slot=slot, to=target.port)
+        moved = group.migrate_slot(slot, target)
+        self.h.rec.info("migrated", slot=slot, keys=moved)
         self._end(name, fault, "redis")

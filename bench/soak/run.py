@@ -53,7 +53,8 @@ class Config:
     out: str = ""
     extra_env: dict[str, str] = field(default_factory=dict)  # for the clients (tests' patches)
     network: bool = False  # Redis in a network namespace behind a veth pair (partitions)
-    topology: str = "standalone"  # or "sentinel": a master, two replicas, three sentinels
+    topology: str = "standalone"  # "sentinel": a master, 2 replicas, 3 sentinels; "cluster"
+    shards: int = 4  # the queue's sub-queues on the cluster topology
 
 
 class Proc:
@@ -113,7 +114,7 @@ class Harness:
         self.queue = "soak"
         self.procs: list[Proc] = []
         self.server: Server | None = None
-        self.group: Any = None  # tests.topology.SentinelGroup, on the sentinel topology
+        self.group: Any = None  # tests.topology's SentinelGroup or ReplicatedCluster
         self.url = ""
         self.net: Any = None
         self.pg_dsn: str | None = None
@@ -191,6 +192,15 @@ class Harness:
                 aof=True, extra_args=["--appendfsync", c.fsync, "--enable-debug-command", "yes"]
             ).start()
             url = self.group.url
+        elif c.topology == "cluster":
+            from tests.topology import ReplicatedCluster
+
+            self.group = ReplicatedCluster(masters=3, replicas_per_master=1, aof=True)
+            for node in self.group.nodes:  # later options win: the run's appendfsync
+                node.extra_args += ["--appendfsync", c.fsync, "--enable-debug-command", "yes"]
+            self.group.start()
+            url = self.group.url
+            self._create_sharded(url)
         elif c.network:
             self.net = nemesis.Network.create()
             self.server = Server(
@@ -228,6 +238,22 @@ class Harness:
         for p in self.procs:
             p.start()
 
+    def _create_sharded(self, url: str) -> None:
+        """Record the sharded layout before any client starts (consumers follow it)."""
+        queue = DelayQueue(self.queue, url, prefix=self.prefix, shards=self.config.shards)
+        try:
+            queue.offer({}, 3600, id="dqsoak-layout")
+            queue.cancel("dqsoak-layout")
+        finally:
+            queue.close()
+
+    def shard_slots(self) -> list[int]:
+        """The cluster slot of each sub-queue."""
+        from delayq._core import sharding
+
+        names = sharding.shard_names(self.queue, self.config.shards)
+        return [sharding.key_slot(name) for name in names]
+
     def _add(self, base: str, role: str, argv: list[str]) -> None:
         if role == "relay":
             # delayq relay takes neither --history nor --name: strip them at start.
@@ -248,10 +274,15 @@ class Harness:
     # -- the clock samples ------------------------------------------------------------------
 
     def master_client(self) -> redis.Redis:
-        """A client of the current master (through the sentinels on that topology)."""
-        if self.group is not None:
+        """A client of the current master (through the sentinels on that topology; on the
+        cluster, the master of the first shard's slot)."""
+        if self.config.topology == "sentinel":
             client: redis.Redis = self.group.master_for(socket_timeout=2)
             return client
+        if self.config.topology == "cluster":
+            node = self.group.master_of(self.shard_slots()[0])
+            cluster_client: redis.Redis = node.client(socket_timeout=2)
+            return cluster_client
         assert self.server is not None
         return redis.Redis(
             host=self.server.host, port=self.server.port, socket_timeout=2,
@@ -259,9 +290,10 @@ class Harness:
         )  # fmt: skip
 
     def _sample_clock(self) -> None:
-        client = self.master_client()
+        client: redis.Redis | None = None
         while not self._stop.is_set():
-            with contextlib.suppress(redis.RedisError, OSError):
+            try:
+                client = client or self.master_client()
                 t0 = time.monotonic()
                 seconds, micros = client.time()
                 t1 = time.monotonic()
@@ -269,8 +301,13 @@ class Harness:
                     "clock", t=(t0 + t1) / 2, server_ms=seconds * 1000 + micros / 1000,
                     rtt=t1 - t0,
                 )  # fmt: skip
+            except Exception:  # an outage or a failover: find the master again
+                if client is not None:
+                    client.close()
+                client = None
             self._stop.wait(0.1)
-        client.close()
+        if client is not None:
+            client.close()
 
     # -- the end ----------------------------------------------------------------------------
 
