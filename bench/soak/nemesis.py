@@ -26,6 +26,8 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 if TYPE_CHECKING:
     from .run import Harness
@@ -36,6 +38,9 @@ FAULTS = (
     "master-stop", "migrate",
 )  # fmt: skip
 NEEDS_NETWORK = frozenset({"partition"})
+# The nemesis's own commands go once: a retried DEBUG SLEEP or CLIENT PAUSE would stretch the
+# fault past the window the history records.
+ONCE = Retry(NoBackoff(), 0)
 FIT = {
     "standalone": frozenset(FAULTS) - {"failover", "master-stop", "migrate"},
     "sentinel": frozenset(FAULTS) - {"redis-kill", "server-clock", "partition", "migrate"},
@@ -205,9 +210,9 @@ class Nemesis:
 
     def _redis(self) -> redis.Redis:
         if self.h.config.topology == "sentinel":  # the master of the moment, directly
-            client: redis.Redis = self.h.group.master().client(socket_timeout=5)
+            client: redis.Redis = self.h.group.master().client(socket_timeout=5, retry=ONCE)
             return client
-        return self.h.master_client()
+        return self.h.master_client(retry=ONCE)
 
     def _shard_master(self, draw: float) -> tuple[Any, int]:
         """A cluster master serving one of the queue's shards, and that shard's slot."""

@@ -106,9 +106,9 @@ def markdown(runs: Sequence[Run]) -> str:
 
 def totals(runs: Sequence[Run]) -> str:
     lines = [
-        "| run | duration s | operations | acknowledged offers | deliveries | lost (durable) "
-        "| lost (not durable) | duplicated | early | double leases | after cancel | dedup "
-        "| outbox | p99 late ms outside / inside windows | verdict |",
+        "| run | duration s | operations | acknowledged offers | deliveries | lost: unexplained "
+        "| lost: not durable, after a server fault | duplicated | early | double leases "
+        "| after cancel | dedup | outbox | p99 late ms outside / inside windows | verdict |",
         "|" + "---|" * 15,
     ]
     for run in runs:

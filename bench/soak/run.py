@@ -273,20 +273,20 @@ class Harness:
 
     # -- the clock samples ------------------------------------------------------------------
 
-    def master_client(self) -> redis.Redis:
+    def master_client(self, **options: Any) -> redis.Redis:
         """A client of the current master (through the sentinels on that topology; on the
         cluster, the master of the first shard's slot)."""
         if self.config.topology == "sentinel":
-            client: redis.Redis = self.group.master_for(socket_timeout=2)
+            client: redis.Redis = self.group.master_for(socket_timeout=2, **options)
             return client
         if self.config.topology == "cluster":
             node = self.group.master_of(self.shard_slots()[0])
-            cluster_client: redis.Redis = node.client(socket_timeout=2)
+            cluster_client: redis.Redis = node.client(socket_timeout=2, **options)
             return cluster_client
         assert self.server is not None
         return redis.Redis(
             host=self.server.host, port=self.server.port, socket_timeout=2,
-            socket_connect_timeout=1,
+            socket_connect_timeout=1, **options,
         )  # fmt: skip
 
     def _sample_clock(self) -> None:

@@ -241,6 +241,23 @@ def test_a_worker_killed_before_its_ack_explains_the_redelivery() -> None:
     assert report.valid and report.count("duplicate", explained=True) == 1
 
 
+def test_an_outbox_task_created_again_after_its_ack_by_a_killed_relay_is_explained() -> None:
+    # The relay died after Redis applied its batch and before its DELETE committed: the
+    # restarted relay offers the row again, and the task, acked meanwhile, lives again from
+    # attempt 1. Not a double lease (the first life had ended); a duplicate the kill explains.
+    h = H()
+    h.clock(20)
+    h.op("outbox-producer", "outbox", 1, 1.01, ids=["a"], commit=True)
+    processed(h, "take-1", "a", 2.0, 1_000_002 * 1000)
+    h.fault("relay-kill", "relay-0", 1.5, 2.5)
+    processed(h, "take-2", "a", 3.0, 1_000_003 * 1000)
+    h.final(19)
+    report = h.check()
+    assert report.valid, report.anomalies
+    [dup] = report.anomalies
+    assert dup.kind == "duplicate" and "outbox resend" in (dup.explained or "")
+
+
 def test_the_outbox_must_deliver_exactly_the_committed_set() -> None:
     h = H()
     h.clock(10)
