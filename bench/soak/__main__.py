@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--topology", choices=("standalone", "sentinel", "cluster"), default="standalone"
     )
+    p.add_argument("--min-replicas", type=int, default=0,
+                   help="min-replicas-to-write of the split-brain Sentinel group")  # fmt: skip
     p.add_argument("--late-bound-ms", type=float, default=250.0)
     p.add_argument("--out", default="", help="directory for the history and result.json")
     a = p.parse_args(argv)
@@ -42,7 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         duration_s=a.duration, seed=a.seed, fsync=a.fsync, faults=faults,
         fault_every_s=a.fault_every, fault_length_s=a.fault_length, rate=a.rate,
         consumers=tuple(a.consumers.split(",")), outbox_dsn=a.outbox or None,
-        network=(a.network or "partition" in faults) and a.topology == "standalone",
+        network=a.network
+        or ("partition" in faults and a.topology == "standalone")
+        or ("split-brain" in faults and a.topology == "sentinel"),
+        min_replicas=a.min_replicas,
         topology=a.topology, late_bound_ms=a.late_bound_ms, out=a.out,
     )  # fmt: skip
     harness = Harness(config)

@@ -40,7 +40,7 @@ from .history import FAIL, INFO, INVOKE, OK, UNKNOWN, Event
 # Faults on the server side: a lost ack or lease record there can explain a duplicate.
 SERVER_FAULTS = frozenset(
     {"redis-kill", "redis-pause", "redis-sleep", "partition", "failover", "server-clock",
-     "maxmemory", "master-stop", "migrate"}
+     "maxmemory", "master-stop", "migrate", "split-brain"}
 )  # fmt: skip
 CLOCK_SLACK_MS = 3  # TIME is whole microseconds, due_ms whole ms, plus the samples' spacing
 

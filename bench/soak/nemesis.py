@@ -35,16 +35,20 @@ if TYPE_CHECKING:
 FAULTS = (
     "consumer-kill", "consumer-stop", "relay-kill", "client-clock", "redis-kill",
     "redis-pause", "redis-sleep", "maxmemory", "server-clock", "partition", "failover",
-    "master-stop", "migrate",
+    "master-stop", "migrate", "split-brain",
 )  # fmt: skip
-NEEDS_NETWORK = frozenset({"partition"})
+NEEDS_NETWORK = frozenset({"partition", "split-brain"})
 # The nemesis's own commands go once: a retried DEBUG SLEEP or CLIENT PAUSE would stretch the
 # fault past the window the history records.
 ONCE = Retry(NoBackoff(), 0)
 FIT = {
-    "standalone": frozenset(FAULTS) - {"failover", "master-stop", "migrate"},
-    "sentinel": frozenset(FAULTS) - {"redis-kill", "server-clock", "partition", "migrate"},
-    "cluster": frozenset(FAULTS) - {"redis-kill", "server-clock", "partition"},
+    "standalone": frozenset(FAULTS) - {"failover", "master-stop", "migrate", "split-brain"},
+    "sentinel": frozenset(FAULTS)
+    - {"redis-kill", "server-clock", "partition", "migrate", "split-brain"},
+    "cluster": frozenset(FAULTS) - {"redis-kill", "server-clock", "partition", "split-brain"},
+    # The split-brain group (bench/soak/splitbrain.py) kills and restarts no node.
+    "sentinel+network": frozenset(FAULTS)
+    - {"redis-kill", "server-clock", "partition", "migrate", "failover", "master-stop"},
 }
 NS_PREFIX = "dqsoak-"
 
@@ -145,7 +149,10 @@ class Nemesis:
     def __init__(self, harness: Harness) -> None:
         self.h = harness
         c = harness.config
-        fit = FIT[c.topology] if c.network else FIT[c.topology] - NEEDS_NETWORK
+        if c.network and c.topology == "sentinel":
+            fit = FIT["sentinel+network"]
+        else:
+            fit = FIT[c.topology] if c.network else FIT[c.topology] - NEEDS_NETWORK
         self.faults = [f for f in c.faults if f in fit]
         if not harness.pg_dsn:
             self.faults = [f for f in self.faults if f != "relay-kill"]
@@ -360,6 +367,23 @@ class Nemesis:
             group.wait_healthy(60)
         else:
             group.wait_role(old, "slave", 60)
+        self._end(name, fault, "redis")
+
+    def _split_brain(self, fault: str, length: float, draw: float) -> None:
+        """Cut the master and the producer beside it off from everything else until the
+        sentinels have promoted a replica, and a while longer; then heal, and wait until
+        the old master is a replica again (dropping what it took meanwhile)."""
+        group = self.h.group
+        old = group.master()
+        if old.port != group.master0.port:
+            return  # the master is outside the namespace now: nothing to split
+        name = self._window(fault, "redis", node=old.port)
+        group.cut()
+        try:
+            group.wait_for_new_master(old, 60)
+            self._hold(length)
+        finally:
+            group.heal_and_wait(old, 60)
         self._end(name, fault, "redis")
 
     def _migrate(self, fault: str, length: float, draw: float) -> None:

@@ -55,6 +55,7 @@ class Config:
     network: bool = False  # Redis in a network namespace behind a veth pair (partitions)
     topology: str = "standalone"  # "sentinel": a master, 2 replicas, 3 sentinels; "cluster"
     shards: int = 4  # the queue's sub-queues on the cluster topology
+    min_replicas: int = 0  # min-replicas-to-write of the split-brain Sentinel group
 
 
 class Proc:
@@ -184,7 +185,12 @@ class Harness:
 
         c = self.config
         fake = "server-clock" in c.faults
-        if c.topology == "sentinel":
+        if c.topology == "sentinel" and c.network:
+            from .splitbrain import SplitGroup
+
+            self.group = SplitGroup(c.fsync, c.min_replicas).start()
+            url = self.group.url
+        elif c.topology == "sentinel":
             # The topology toolkit of the fault tests, written once (tests/topology.py).
             from tests.topology import SentinelGroup
 
@@ -225,6 +231,12 @@ class Harness:
             if self.group is not None:
                 extra += ["--replicas", "1"]  # half the offers with Durability(replicas=1)
             self._add(f"producer-{k}", "producer", [*common, *extra, "--seed", str(c.seed + k)])
+        if c.topology == "sentinel" and c.network:
+            # A producer beside the master, in its namespace, on a plain URL: cut off with it.
+            inside = [*self.group.net.exec_prefix, *common, "--rate", str(c.rate / 2),
+                      "--replicas", "1", "--seed", str(c.seed + 50)]  # fmt: skip
+            inside[inside.index("--url") + 1] = self.group.inside_url
+            self._add("producer-inside", "producer", inside)
         for k, role in enumerate(c.consumers):
             self._add(f"{role}-{k}", role, [*common, "--seed", str(c.seed * 100 + k)])
         if self.pg_dsn:
