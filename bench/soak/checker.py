@@ -227,7 +227,10 @@ def check(
                     commits[task_id] = bool(v["commit"])
                     if v["commit"]:
                         offered.setdefault(
-                            task_id, Offered(task_id, start.t, e.t, None, True, "outbox")
+                            # Durable in PostgreSQL; in Redis only as much as the relay's
+                            # write, which waits for no replica (the relay has no Durability).
+                            task_id,
+                            Offered(task_id, start.t, e.t, None, False, "outbox"),
                         )
                 elif e.type == UNKNOWN:
                     unknown_offers.add(task_id)
