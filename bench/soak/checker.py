@@ -38,9 +38,13 @@ from typing import Any
 from .history import FAIL, INFO, INVOKE, OK, UNKNOWN, Event
 
 # Faults on the server side: a lost ack or lease record there can explain a duplicate.
+# Failovers (the nemesis's, or any the sentinels made, observed): a write confirmed by
+# WAIT can still be lost in one (WAIT is no consensus: the replica that confirmed may not
+# be the one promoted, or the old master took it after a promotion it had not heard of).
+FAILOVERS = frozenset({"failover", "master-stop", "split-brain", "failover-observed"})
 SERVER_FAULTS = frozenset(
     {"redis-kill", "redis-pause", "redis-sleep", "partition", "failover", "server-clock",
-     "maxmemory", "master-stop", "migrate", "split-brain"}
+     "maxmemory", "master-stop", "migrate", "split-brain", "failover-observed"}
 )  # fmt: skip
 CLOCK_SLACK_MS = 3  # TIME is whole microseconds, due_ms whole ms, plus the samples' spacing
 
@@ -335,7 +339,11 @@ def check(
             kind = "outbox" if o.via == "outbox" else "lost"
             # A write that was not made durable may die with the server that took it: a
             # server fault after the offer explains the loss. A durable one has no excuse.
-            cause = None if o.durable else _server_fault_after(windows, o.invoke)
+            if o.durable:
+                during = [w for w in windows if w.fault in FAILOVERS and w.covers(o.invoke, o.ok)]
+                cause = f"{during[0].fault} during the write (durable)" if during else None
+            else:
+                cause = _server_fault_after(windows, o.invoke)
             anomalies.append(Anomaly(
                 kind, task_id,
                 f"{'committed outbox' if o.via == 'outbox' else 'acknowledged'} offer "

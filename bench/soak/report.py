@@ -107,17 +107,20 @@ def markdown(runs: Sequence[Run]) -> str:
 def totals(runs: Sequence[Run]) -> str:
     lines = [
         "| run | duration s | operations | acknowledged offers | deliveries | lost: unexplained "
-        "| lost: not durable, after a server fault | duplicated | early | double leases "
-        "| after cancel | dedup | outbox | p99 late ms outside / inside windows | verdict |",
-        "|" + "---|" * 15,
+        "| lost: durable, in a failover | lost: not durable, after a server fault | duplicated "
+        "| early | double leases | after cancel | dedup | outbox "
+        "| p99 late ms outside / inside windows | verdict |",
+        "|" + "---|" * 16,
     ]
     for run in runs:
         r = run.report
-        durable_lost = sum(1 for a in r.anomalies if a.kind == "lost" and a.explained is None)
+        lost = [a for a in r.anomalies if a.kind == "lost"]
+        in_failover = sum(1 for a in lost if a.explained and "(durable)" in a.explained)
         lines.append(
             f"| {run.label[0]}, appendfsync {run.label[1]} | {run.config['duration_s']:.0f} "
-            f"| {r.operations} | {r.offers_ok} | {r.deliveries} | {durable_lost} "
-            f"| {r.count('lost', explained=True)} | {r.count('duplicate')} "
+            f"| {r.operations} | {r.offers_ok} | {r.deliveries} "
+            f"| {sum(1 for a in lost if a.explained is None)} | {in_failover} "
+            f"| {sum(1 for a in lost if a.explained) - in_failover} | {r.count('duplicate')} "
             f"({r.count('duplicate', explained=False)} unexplained) | {r.count('early')} "
             f"| {r.count('double-lease')} | {r.count('after-cancel')} | {r.count('dedup')} "
             f"| {r.count('outbox')} | {_ms(r.p99_outside_ms)} / {_ms(r.p99_inside_ms)} "

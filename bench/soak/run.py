@@ -131,6 +131,8 @@ class Harness:
             nemesis = self._nemesis()
             sampler = threading.Thread(target=self._sample_clock, daemon=True)
             sampler.start()
+            if self.config.topology == "sentinel":
+                threading.Thread(target=self._watch_sentinel, daemon=True).start()
             if nemesis is not None:
                 nemesis.start()
             self._stop.wait(self.config.duration_s)
@@ -320,6 +322,53 @@ class Harness:
             self._stop.wait(0.1)
         if client is not None:
             client.close()
+
+    def _watch_sentinel(self) -> None:
+        """Record every failover the sentinels make, whatever caused it (a paused or blocked
+        master is a failover too), as a ``failover-observed`` fault window: from the first
+        sign (the master subjectively down) until the old master is a replica again (or
+        20 s)."""
+        host, port = self.group.sentinel_addresses[0]
+        window: dict[str, Any] = {}
+        number = 0
+        while not self._stop.is_set():
+            try:
+                with redis.Redis(host=host, port=port, socket_timeout=1) as client:
+                    pubsub = client.pubsub()
+                    pubsub.psubscribe("*")
+                    while not self._stop.is_set():
+                        message = pubsub.get_message(timeout=0.5)
+                        now = time.monotonic()
+                        if window and now - window["t"] > 20:
+                            self._observed(window, "stop")
+                            window = {}
+                        if not message or message["type"] != "pmessage":
+                            continue
+                        event = message["channel"].decode()
+                        data = message["data"].decode()
+                        if (
+                            not window
+                            and event in ("+sdown", "+odown", "+try-failover")
+                            and (data.startswith("master"))
+                        ):
+                            number += 1
+                            window = {"id": f"failover-observed-{number}", "t": now}
+                            self._observed(window, "start", event=f"{event} {data}")
+                        elif (
+                            window
+                            and event in ("+convert-to-slave", "-sdown")
+                            and (event == "+convert-to-slave" or data.startswith("slave"))
+                        ):
+                            self._observed(window, "stop", event=f"{event} {data}")
+                            window = {}
+            except (redis.RedisError, OSError):
+                self._stop.wait(0.5)
+        if window:
+            self._observed(window, "stop")
+
+    def _observed(self, window: dict[str, Any], phase: str, **detail: Any) -> None:
+        self.rec.info("fault", id=window["id"], fault="failover-observed", target="redis",
+                      phase=phase, **detail)  # fmt: skip
 
     # -- the end ----------------------------------------------------------------------------
 

@@ -71,6 +71,10 @@ class SplitGroup:
         return f"redis+sentinel://{hosts}/{SERVICE}"
 
     @property
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        return [(self.net.outer, p) for p in self.sentinel_ports]
+
+    @property
     def inside_url(self) -> str:
         """The old master, as the producer inside the namespace reaches it."""
         return self.master0.url
