@@ -45,7 +45,10 @@ class Run:
 
     @property
     def label(self) -> tuple[str, str]:
-        return self.config.get("topology", "standalone"), self.config["fsync"]
+        topology = self.config.get("topology", "standalone")
+        if topology == "sentinel" and self.config.get("network"):
+            topology = "sentinel, split-brain group"
+        return topology, self.config["fsync"]
 
 
 def rows(run: Run) -> list[dict[str, Any]]:
@@ -141,7 +144,16 @@ COLOURS = {
 }  # fmt: skip
 
 
-def svg(runs: Sequence[Run], width: int = 960, panel: int = 170) -> str:
+def _thinned(points: Sequence[tuple[float, int]], most: int) -> list[tuple[float, int]]:
+    """An even sample of about ``most`` points, half of them from the late ones (50 ms or
+    more), so that the plot stays small and the faults' effects stay visible."""
+    late = [p for p in points if p[1] >= 50]
+    rest = [p for p in points if p[1] < 50]
+    half = most // 2
+    return late[:: max(1, len(late) // half)] + rest[:: max(1, len(rest) // half)]
+
+
+def svg(runs: Sequence[Run], width: int = 960, panel: int = 170, max_points: int = 1200) -> str:
     """Lateness (log scale) of first deliveries over time, one panel per run, each fault
     window shaded in its fault's colour."""
     import math
@@ -194,8 +206,8 @@ def svg(runs: Sequence[Run], width: int = 960, panel: int = 170) -> str:
                 'stroke="#ddd"/>'
                 f'<text x="{left - 6}" y="{yy + 4:.1f}" text-anchor="end">{10**decade:g}</text>'
             )
-        for t, ms in points:
-            parts.append(f'<circle cx="{x(t):.1f}" cy="{y(ms):.1f}" r="1.2" fill="#1a5fb4"/>')
+        for t, ms in _thinned(points, max_points):
+            parts.append(f'<circle cx="{x(t):.0f}" cy="{y(ms):.0f}" r="1.3" fill="#1a5fb4"/>')
         for sec in range(0, int(span) + 1, 60):
             parts.append(
                 f'<text x="{x(t0 + sec):.1f}" y="{y0 + panel + 13}" text-anchor="middle">'
