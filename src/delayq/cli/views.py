@@ -194,7 +194,8 @@ def inspect_tasks(
         return
     for st, page in pages.items():
         if page or len(pages) == 1:
-            out.print(render.tasks_table(page, title=f"{queue}: {st.value} ({len(page)} shown)"))
+            title = f"{queue}: {st.value} ({len(page)} shown)"
+            out.print(render.tasks_table(page, title, out.width))
     if not any(pages.values()):
         warn(f"no tasks in {', '.join(st.value for st in pages)}")
 

@@ -12,6 +12,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
+from .._core.errors_text import bind_error
 from ._collector import QueueCollector
 from ._worker import WorkerMetrics
 
@@ -32,7 +33,7 @@ class MetricsServer:
     ) -> None:
         self.registry = registry
         self.collectors = list(collectors)
-        self._server = ThreadingHTTPServer((host, port), _handler(self.body))
+        self._server = listen(host, port, _handler(self.body))
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="delayq-metrics", daemon=True
@@ -58,6 +59,15 @@ class MetricsServer:
         self._thread.join(5)
         for collector in self.collectors:
             collector.close()
+
+
+def listen(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """An HTTP server bound to ``host:port``; a refused bind (a busy port, an unknown host)
+    is an OSError that names the address, which the bare one does not."""
+    try:
+        return ThreadingHTTPServer((host, port), handler)
+    except OSError as exc:
+        raise bind_error(host, port, exc) from exc
 
 
 def _handler(body: Callable[[], bytes]) -> type[BaseHTTPRequestHandler]:
