@@ -59,3 +59,4 @@ def run_exporter(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         server.stop()
+        say("delayq exporter: stopped")

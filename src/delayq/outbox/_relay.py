@@ -178,6 +178,7 @@ class AsyncRelay:
         finally:
             self.connected.clear()
             await self.close()
+            log.info("outbox relay %s: stopped, %d rows offered", self.name, self.stats.offered)
 
     async def relay_pending(self) -> int:
         """Relay what is pending now, once, and return the rows handled (no LISTEN)."""
