@@ -66,6 +66,7 @@ ALERTS = {
     "DelayqOverdueNotDraining",
     "DelayqDeadLetterGrowing",
     "DelayqNoWorkerHeartbeat",
+    "DelayqLeasesExpired",
     "DelayqWorkerDown",
     "DelayqHighLateness",
     "DelayqExporterDown",
@@ -313,6 +314,10 @@ def test_promtool_unit_tests_pass(promtool: str) -> None:
             id="heartbeat",
         ),
         pytest.param("delayq_exporter_up == 0", "delayq_exporter_up == 2", id="exporter-redis"),
+        pytest.param(
+            'delayq_tasks{state="expired"} > 0', 'delayq_tasks{state="expired"} > 5', id="expired"
+        ),
+        pytest.param("for: 3m", "for: 10m", id="expired-pending-period"),
         pytest.param(
             "rate(delayq_delivered_total[5m]) == 0",
             "rate(delayq_delivered_total[5m]) < 0",

@@ -50,6 +50,7 @@ class State(StrEnum):
     delayed = "delayed"
     ready = "ready"
     inflight = "inflight"
+    expired = "expired"
     dead = "dead"
 
 

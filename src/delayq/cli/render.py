@@ -221,7 +221,8 @@ def stats_table(rows: Sequence[Stats], title: str | None = None, width: int = 20
     # The name column may fold, never end in an ellipsis (two queues must not look alike);
     # it takes whatever width the numbers leave.
     table.add_column("queue", overflow="fold", min_width=16, ratio=1)
-    for name in ("delayed", "ready", "inflight", "dead", "overdue", "oldest due", "next due"):
+    for name in ("delayed", "ready", "inflight", "expired", "dead", "overdue", "oldest due",
+                 "next due"):  # fmt: skip
         table.add_column(name, justify="right")
     counters = Table(show_edge=False, box=None)
     counters.add_column("queue", style="bold", overflow="fold")
@@ -234,6 +235,7 @@ def stats_table(rows: Sequence[Stats], title: str | None = None, width: int = 20
             str(s.delayed),
             str(s.ready),
             str(s.inflight),
+            _count(s.expired, "yellow"),  # leases no consumer came back for
             _count(s.dead, "red"),
             _count(s.overdue, "yellow"),
             format_duration(s.oldest_overdue_age) if s.oldest_overdue_age > 0 else "-",
@@ -245,7 +247,7 @@ def stats_table(rows: Sequence[Stats], title: str | None = None, width: int = 20
     return Group(table) if wide else Group(table, counters)
 
 
-STATS_COLUMNS = ("queue", "delayed", "ready", "inflight", "dead", "overdue",
+STATS_COLUMNS = ("queue", "delayed", "ready", "inflight", "expired", "dead", "overdue",
                  "oldest-due", "next-due", "counters")  # fmt: skip
 
 
@@ -260,6 +262,7 @@ def stats_lines(rows: Sequence[Stats]) -> list[str]:
                 str(s.delayed),
                 str(s.ready),
                 str(s.inflight),
+                str(s.expired),
                 str(s.dead),
                 str(s.overdue),
                 format_duration(s.oldest_overdue_age) if s.oldest_overdue_age > 0 else "-",

@@ -107,7 +107,8 @@ def purge(
             "--state",
             "-s",
             metavar="STATE",
-            help="State to delete: delayed, ready, inflight or dead (repeatable; default: dead).",
+            help="State to delete: delayed, ready, inflight, expired or dead (repeatable; "
+            "default: dead).",
         ),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,

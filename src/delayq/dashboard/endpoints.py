@@ -142,7 +142,7 @@ async def index(request: Request) -> Response:
     else:  # the rows on the page are read now; the summary may be a few seconds old
         snap = await board.monitor.snapshot(shown)
     rows = [(s, health(s, snap.server_now, board.history)) for s in snap.stats]
-    fields = ("delayed", "ready", "inflight", "dead", "overdue")
+    fields = ("delayed", "ready", "inflight", "expired", "dead", "overdue")
     totals = {f: sum(getattr(s, f) for s in summary.stats) for f in fields}
     counted = {h: sum(1 for v in flags.values() if v == h) for h in HEALTH_RANK}
     bins = board.history.total_bins(time.time(), board.settings.bin_s)

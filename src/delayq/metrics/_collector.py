@@ -26,7 +26,7 @@ log = logging.getLogger("delayq.metrics")
 CLIENT_NAME = "delayq-exporter"
 DEFAULT_RECONNECT_S = 3.0  # a scrape rides out a short blip, then reports delayq_exporter_up 0
 
-STATES = ("delayed", "ready", "inflight", "dead")
+STATES = ("delayed", "ready", "inflight", "expired", "dead")
 # Redis counters hash field (= metric name without delayq_ and _total) -> help text.
 COUNTERS = {
     "offered": "Tasks offered (scheduled).",
