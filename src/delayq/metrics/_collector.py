@@ -87,6 +87,11 @@ class QueueCollector(Collector):
         self._outage_where: str | None = None  # the Redis a failed scrape could not read
         self._outage_lock = threading.Lock()  # scrapes may run on several server threads
 
+    @property
+    def runner(self) -> Any:
+        """The sync runner of the collector's Redis handle (for plain commands)."""
+        return self._conn.runner
+
     def close(self) -> None:
         """Close the Redis connections if this collector made them (not a handle passed in)."""
         OUTAGES.forget(self)

@@ -108,12 +108,23 @@ def start_exporter(
     queues: Iterable[str] | None = None,
     overdue_after: float = 1.0,
     registry: CollectorRegistry | None = None,
+    outbox_dsn: str | None = None,
+    outbox_table: str = "delayq_outbox",
+    outbox_schema: str | None = None,
 ) -> MetricsServer:
     """Serve the queue metrics of ``queues`` (default: every registered queue) on
     ``http://host:port/metrics`` from a daemon thread; returns at once. ``registry``: more
-    metrics to serve on the same page (none by default)."""
+    metrics to serve on the same page (none by default). ``outbox_dsn``: also the health of
+    that PostgreSQL outbox table (``delayq_outbox_*``, see ``_outbox.py``; the postgres
+    extra)."""
     collector = QueueCollector(redis, prefix=prefix, queues=queues, overdue_after=overdue_after)
     registry = CollectorRegistry() if registry is None else registry
+    if outbox_dsn is not None:
+        from ._outbox import OutboxHealthCollector
+
+        registry.register(
+            OutboxHealthCollector(outbox_dsn, collector.runner, outbox_table, outbox_schema)
+        )
     return MetricsServer(registry, host, port, [collector])
 
 
