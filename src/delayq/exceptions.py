@@ -58,7 +58,12 @@ class LeaseLost(DelayqError):
 
 
 class RedisUnavailable(DelayqError, ConnectionError):
-    """Redis could not be reached within the call's retry window."""
+    """Redis could not be reached within the call's retry window. ``where``: that Redis (its
+    URL without the password), when known."""
+
+    def __init__(self, *args: object, where: str | None = None) -> None:
+        super().__init__(*args)
+        self.where = where
 
 
 class NotDurable(DelayqError):

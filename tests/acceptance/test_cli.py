@@ -353,7 +353,7 @@ def test_purge_asks_for_confirmation_on_a_terminal(
         out, _ = proc.communicate(timeout=10)
         os.close(master)
         text = (prompt + out).decode()
-        assert "Delete" in text and "task(s) from 'confirm'?" in text, text
+        assert "Delete" in text and "tasks from 'confirm'?" in text, text
         return proc.returncode, text
 
     code, text = purge_answering(b"n", "--state", "delayed")

@@ -25,7 +25,7 @@ from delayq.dashboard.security import check_bind
 from delayq.dashboard.series import History, Sample, bins_of, health, quantile
 from delayq.embedded import EmbeddedRedis, free_port
 
-FIELDS = ("delayed", "ready", "inflight", "dead", "overdue")
+FIELDS = ("delayed", "ready", "inflight", "expired", "dead", "overdue")
 XSS = "<script>alert('xss')</script>"
 
 

@@ -1,6 +1,6 @@
 """The exporter logs a Redis outage once, not once per scrape (issue #13): a warning at the
 first failed scrape, an info line when Redis answers again; never the password. The
-connection layer under it does the same, once per outage (a warning and an info line), with
+connection layer under it sees the same outage: the process logs it once (issue #22), with
 no logger filter to mute it."""
 
 from __future__ import annotations
@@ -44,23 +44,24 @@ def test_an_outage_is_logged_once_and_its_end_once(
 
             server.kill()
             assert [collector.snapshot()[1] for _ in range(4)] == [False] * 4
-            # The first failed scrape: the connection layer's warning and the exporter's own
-            # line; the three after it: nothing (no filter muted them: nothing was logged).
+            # The first failed scrape: one warning for the process (the connection layer's
+            # calls and the exporter's scrapes are one outage); the three after it: nothing
+            # (no filter muted them: nothing was logged).
             lines = outage_lines(caplog)
-            assert len(lines) == 2, lines
-            assert lines[-1][0] == logging.WARNING and "cannot read queue stats" in lines[-1][1]
+            assert len(lines) == 1, lines
+            assert lines[0][0] == logging.WARNING and "unavailable" in lines[0][1]
+            assert f"127.0.0.1:{server.port}" in lines[0][1]
 
             server.start()
             assert collector.snapshot()[1] is True  # (a fresh server: no queues any more)
             assert collector.snapshot()[1] is True
             lines = outage_lines(caplog)
-            assert len(lines) == 4, lines  # its end: the connection layer's and the exporter's
-            assert lines[2][0] == logging.INFO and "Redis reachable again" in lines[2][1]
-            assert lines[-1][0] == logging.INFO and "available again" in lines[-1][1]
+            assert len(lines) == 2, lines  # its end, once
+            assert lines[1][0] == logging.INFO and "available again after" in lines[1][1]
 
-            server.kill()  # a second outage is a new one: logged again, once by each
+            server.kill()  # a second outage is a new one: logged again, once
             assert [collector.snapshot()[1] for _ in range(3)] == [False] * 3
-            assert len(outage_lines(caplog)) == 6
+            assert len(outage_lines(caplog)) == 3
         finally:
             collector.close()
     assert "s3cret" not in caplog.text

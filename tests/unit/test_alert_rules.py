@@ -42,6 +42,12 @@ QUEUE_METRICS = {
     "delayq_purged_total",
     "delayq_exporter_up",
     "delayq_exporter_scrape_duration_seconds",
+    # `delayq exporter --dsn` (metrics/_outbox.py)
+    "delayq_outbox_up",
+    "delayq_outbox_pending_rows",
+    "delayq_outbox_dead_rows",
+    "delayq_outbox_oldest_pending_age_seconds",
+    "delayq_outbox_relays_alive",
 }
 WORKER_METRICS = {
     "delayq_worker_tasks_total",
@@ -66,12 +72,18 @@ ALERTS = {
     "DelayqOverdueNotDraining",
     "DelayqDeadLetterGrowing",
     "DelayqNoWorkerHeartbeat",
+    "DelayqLeasesExpired",
     "DelayqWorkerDown",
     "DelayqHighLateness",
     "DelayqExporterDown",
+    "DelayqOutboxNoRelay",
+    "DelayqOutboxLagging",
+    "DelayqOutboxDeadRows",
 }
-# Alerts whose series may carry no queue label (a whole exporter or a never-scraped worker).
-WITHOUT_QUEUE = {"DelayqExporterDown"}
+# Alerts whose series may carry no queue label (a whole exporter or a never-scraped worker,
+# an outbox table).
+WITHOUT_QUEUE = {"DelayqExporterDown", "DelayqOutboxNoRelay", "DelayqOutboxLagging",
+                 "DelayqOutboxDeadRows"}  # fmt: skip
 
 PROMQL_WORDS = {
     "by",
@@ -313,6 +325,28 @@ def test_promtool_unit_tests_pass(promtool: str) -> None:
             id="heartbeat",
         ),
         pytest.param("delayq_exporter_up == 0", "delayq_exporter_up == 2", id="exporter-redis"),
+        pytest.param(
+            'delayq_tasks{state="expired"} > 0', 'delayq_tasks{state="expired"} > 5', id="expired"
+        ),
+        pytest.param("for: 3m", "for: 10m", id="expired-pending-period"),
+        pytest.param(
+            "delayq_outbox_relays_alive == 0",
+            "delayq_outbox_relays_alive < 0",
+            id="outbox-no-relay",
+        ),
+        pytest.param(
+            "delayq_outbox_pending_rows > 0",
+            "delayq_outbox_pending_rows > 1e9",
+            id="outbox-no-relay-pending",
+        ),
+        pytest.param(
+            "delayq_outbox_oldest_pending_age_seconds > 120",
+            "delayq_outbox_oldest_pending_age_seconds > 1200",
+            id="outbox-lag",
+        ),
+        pytest.param(
+            "delayq_outbox_dead_rows > 0", "delayq_outbox_dead_rows > 5", id="outbox-dead"
+        ),
         pytest.param(
             "rate(delayq_delivered_total[5m]) == 0",
             "rate(delayq_delivered_total[5m]) < 0",

@@ -264,7 +264,7 @@ def test_parse_info_known_and_unknown() -> None:
 
 
 def test_parse_stats() -> None:
-    reply = [9, 1, 2, 3, 4, 5, -1, 77, b"acked", b"6", b"offered", 7, b"seen_ms", b"8"]
+    reply = [9, 1, 2, 3, 4, 5, -1, 77, 6, b"acked", b"6", b"offered", 7, b"seen_ms", b"8"]
     reply += [b"late:5", 2, b"late:inf", 1, b"late:sum", 100_010]
     raw = protocol.parse_stats(reply)
     lateness = raw.lateness
@@ -272,7 +272,8 @@ def test_parse_stats() -> None:
     assert list(lateness) == sorted(lateness)  # cumulative sums can be taken in order
     assert (raw.lateness_sum, raw.seen_ms, raw.now_ms) == (100.01, 8, 9)
     assert (raw.delayed, raw.ready, raw.inflight, raw.dead, raw.overdue) == (1, 2, 3, 4, 5)
-    assert (raw.oldest_due_ms, raw.next_due_ms, raw.total) == (None, 77, 10)
+    assert raw.expired == 6  # leases that ran out: apart from the 3 live ones
+    assert (raw.oldest_due_ms, raw.next_due_ms, raw.total) == (None, 77, 16)
     assert raw.counters == {"acked": 6, "offered": 7}
     assert protocol.parse_stats([9, 0, 0, 0, 0, 0, 4, -1]).oldest_due_ms == 4
     stats = protocol.stats_from_reply("q", [9_000, 0, 1, 0, 0, 1, 4_000, -1])
@@ -436,5 +437,6 @@ def test_to_datetime() -> None:
 def test_stats_total_and_enums() -> None:
     s = Stats("q", 1, 2, 3, 4, 0, 0.0, None)
     assert s.total == 10
-    assert [m.value for m in TaskState] == ["delayed", "ready", "inflight", "dead"]
+    assert Stats("q", 1, 2, 3, 4, 0, 0.0, None, expired=5).total == 15
+    assert [m.value for m in TaskState] == ["delayed", "ready", "inflight", "expired", "dead"]
     assert DedupMode("keep") is DedupMode.KEEP and DedupMode("replace") is DedupMode.REPLACE

@@ -40,8 +40,8 @@ from .._core.connection import (
     redirect_of,
     socket_timeout_s,
 )
+from .._core.outages import OUTAGES
 from .._core.scripts import Op, script
-from .._core.text import printable
 from .._core.urls import safe_url
 from ..exceptions import ConfigError, QueueClosed, RedisUnavailable, ServerError
 from . import backend
@@ -221,6 +221,7 @@ class Runner:
         A queue listens with ``runner.subscriber.notifier(channel, bell)``."""
         if self._subscriber is None:
             self._subscriber = subscriber_of(self._client)
+            self._subscriber.where = self.where  # its outages are this Redis's
         return self._subscriber
 
     async def close(self) -> None:
@@ -228,6 +229,7 @@ class Runner:
         if self._closed:
             return
         self._closed = True
+        OUTAGES.forget(self)
         if self._watch is not None:
             await self._watch.close()
         if self.owned:  # no other runner shares its client, nor its subscriber
@@ -463,7 +465,8 @@ class Runner:
                 # A Sentinel promotion is under way and the call's time ran out meanwhile:
                 # sending it now would reach the master that is being replaced.
                 raise RedisUnavailable(
-                    f"Redis at {self.where} is failing over (a replica is being promoted)"
+                    f"Redis at {self.where} is failing over (a replica is being promoted)",
+                    where=self.where,
                 )
             try:
                 result = await attempt()
@@ -481,7 +484,9 @@ class Runner:
                 error = exc
             except _LOST as exc:
                 if classify_connection_error(exc) is Failure.UNREACHABLE and not self._connected:
-                    raise RedisUnavailable(f"cannot reach Redis at {self.where}: {exc}") from exc
+                    raise RedisUnavailable(
+                        f"cannot reach Redis at {self.where}: {exc}", where=self.where
+                    ) from exc
                 error = exc
                 if self._cluster:
                     await self._forget_topology()
@@ -499,7 +504,8 @@ class Runner:
                 self._failed(error, now)
             if deadline is not None and now >= deadline:
                 raise RedisUnavailable(
-                    f"Redis at {self.where} unreachable after {failures} tries: {error}"
+                    f"Redis at {self.where} unreachable after {failures} tries: {error}",
+                    where=self.where,
                 ) from error
             await backend.sleep(backoff.pause(now, deadline))
 
@@ -507,29 +513,17 @@ class Runner:
 
     def _failed(self, error: BaseException, now: float) -> None:
         """A failed try: the first of an outage logs a warning, the others nothing (every
-        call of every queue on this runner fails during it; one line says so)."""
+        call of every queue on this runner fails during it; one line says so, for the
+        process: see _core/outages.py)."""
         outage = _Outage(now)
         began = self._outage.setdefault("now", outage)
         began.tries += 1
-        if began is outage:
-            log.warning(
-                "delayq: %s: Redis call failed (%s); retrying (logged once until it answers)",
-                printable(self._label),
-                printable(error),
-            )
-        else:
-            log.debug("delayq: %s: Redis call failed (%s)", self._label, error)
+        OUTAGES.lost(self.where, self, error, "calls")
 
     def _recovered(self) -> None:
-        """A call got through: if an outage was under way, its end logs one info line."""
-        outage = self._outage.pop("now", None)
-        if outage is not None:
-            log.info(
-                "delayq: %s: Redis reachable again after %.1f s (%d failed tries)",
-                printable(self._label),
-                backend.monotonic() - outage.began,
-                outage.tries,
-            )
+        """A call got through: if an outage was under way, it is over for this runner."""
+        if self._outage.pop("now", None) is not None:
+            OUTAGES.back(self.where, self)
 
     async def _forget_topology(self) -> None:
         """A node was lost: forget what MOVED taught and ask the cluster again."""

@@ -310,7 +310,7 @@ class AsyncShard:
             headers=headers,
             key=key,
             due_at=when if state in (TaskState.DELAYED, TaskState.READY) else None,
-            lease_expires_at=when if state is TaskState.INFLIGHT else None,
+            lease_expires_at=when if state in (TaskState.INFLIGHT, TaskState.EXPIRED) else None,
             dead_at=when if state is TaskState.DEAD else None,
             expires_at=to_datetime(expires_ms),
             last_error=error,

@@ -33,6 +33,7 @@ from redis.exceptions import AskError, MovedError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from .._core.connection import Backoff, Failure, classify_connection_error
+from .._core.outages import OUTAGES
 from .._core.subscriptions import (
     PING_S,
     Broken,
@@ -132,6 +133,7 @@ class Subscriber:
         self._sharded = True  # SSUBSCRIBE, until a server (Redis 6.2) refuses it
         self._closed = False
         self._pid = backend.process_id()
+        self.where: str | None = None  # the Redis its runner names, for outages (outages.py)
 
     def notifier(self, channel: str, bell: Any = None) -> Notifier:
         """A handle on ``channel`` (it subscribes on its ``start()``)."""
@@ -301,6 +303,11 @@ class _Link:
             return str(kwargs["path"])
         return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
+    @property
+    def outage_key(self) -> str:
+        """The Redis an outage of this link is one of: its runner's name for it."""
+        return self.sub.where or self.where
+
     # Called under the subscriber's lock:
 
     def add(self, channel: str) -> None:
@@ -321,6 +328,7 @@ class _Link:
         """Take this link out of its subscriber's hands: a channel placed from now on gets a
         new one (done before any wait, so that no channel lands on a link that ends)."""
         self.wire.retire()
+        OUTAGES.forget(self)
         if self.sub._links.get(self.address) is self:
             del self.sub._links[self.address]
 
@@ -345,6 +353,7 @@ class _Link:
         is done (closed, or no channel left)."""
         sub, state, wire = self.sub, self.state, self.wire
         at_once, failure, error = False, Failure.RETRY, ""
+        lost: BaseException = ConnectionError("lost")
         self._up = False
         try:
             if sub._cluster and not await sub._settle(self):
@@ -358,7 +367,7 @@ class _Link:
         except Exception as exc:
             if wire.closing:
                 return True  # after close() anything may fail: end quietly
-            failure, error = classify_connection_error(exc), printable(str(exc))
+            failure, error, lost = classify_connection_error(exc), printable(str(exc)), exc
             if not isinstance(exc, backend.LOST_ERRORS):
                 log.exception("delayq: pub/sub listener on %s failed", self.where)
         finally:
@@ -379,14 +388,13 @@ class _Link:
         if at_once:
             log.info("delayq: pub/sub listener on %s follows a failover", self.where)
             return False  # dial again at once
-        if outage.failed():
-            log.warning(
-                "delayq: pub/sub listener on %s lost Redis (%s); resubscribing %d channels "
-                "when it is back",
-                self.where, error, len(wanted),
-            )  # fmt: skip
-        else:
-            log.debug("delayq: pub/sub listener on %s: still lost (%s)", self.where, error)
+        outage.failed()
+        # One line for the process (outages.py): the runner's calls fail in the same outage.
+        OUTAGES.lost(self.outage_key, self, lost, f"pub/sub on {self.where}")
+        log.debug(
+            "delayq: pub/sub listener on %s lost Redis (%s); resubscribing %d channels when "
+            "it is back", self.where, error, len(wanted),
+        )  # fmt: skip
         if sub._cluster:  # the node may be gone: who serves what now
             with contextlib.suppress(Exception):
                 await backend.refresh_topology(backend.resolve(sub._client))
@@ -407,7 +415,8 @@ class _Link:
         self._up = True
         failures = outage.ended()
         if failures:
-            log.info(
+            OUTAGES.back(self.outage_key, self)
+            log.debug(
                 "delayq: pub/sub listener on %s is back after %d failed tries; resubscribed %d "
                 "channels", self.where, failures, len(state.wanted),
             )  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -89,6 +90,8 @@ def load_msgpack(data: bytes) -> Any:
     except Exception as exc:  # msgpack raises several unrelated types for bad input
         raise DecodeError(f"stored task is not valid msgpack: {exc}") from exc
 
+
+_ENVELOPE_PATH: Final = re.compile(r"`\$\.p(?=[.\[`])")
 
 # Parts of a type that msgspec cannot turn into plain data and back on its own.
 _OPAQUE: Final = (msgspec.inspect.CustomType, msgspec.inspect.ExtType, msgspec.inspect.RawType)
@@ -227,7 +230,10 @@ class PayloadType:
             elif codec == "json":  # pydantic checked its model; JSON may still lose a NaN
                 self._adapter.validate_python(msgspec.json.decode(data)["p"])
         except Exception as exc:  # validation errors of every library and kind
-            raise EncodeError(f"payload does not fit {self.tag} as {codec}: {exc}") from exc
+            # The path msgspec names is in the envelope ($.p.order_id); the caller's is in
+            # the payload they gave ($.order_id).
+            reason = _ENVELOPE_PATH.sub("`$", str(exc))
+            raise EncodeError(f"payload does not fit {self.tag} as {codec}: {reason}") from exc
 
     def load(self, data: Any, version: int) -> Any:
         if version != self.version:

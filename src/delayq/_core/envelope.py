@@ -23,6 +23,9 @@ ENVELOPE_VERSION: Final = 1
 # less than {"p":...}). "=" cannot start a JSON envelope, and as msgpack it is an int, never
 # an envelope map.
 BARE: Final = b"="
+# The first bytes a msgpack map can start with (fixmap, map 16, map 32): every msgpack
+# envelope, on a queue of any codec.
+MSGPACK_MAPS: Final = frozenset(bytes([b]) for b in [*range(0x80, 0x90), 0xDE, 0xDF])
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,13 +110,20 @@ class EnvelopeCodec:
             )
         return data
 
+    def _is_json(self, data: bytes) -> bool:
+        """Whether to read ``data`` as JSON: it opens an object, or it opens no msgpack map
+        and the queue writes JSON (a corrupt task then fails as JSON, its queue's codec)."""
+        if data[:1] == b"{":
+            return True
+        return self.codec != "msgpack" and data[:1] not in MSGPACK_MAPS
+
     def decode(self, data: bytes) -> Envelope:
         if data[:1] == BARE:
             payload = load_json(data[1:])
             if self.payload_type is not None:
                 payload = self.payload_type.load(payload, 1)
             return Envelope(payload)
-        doc = load_json(data) if data[:1] == b"{" else load_msgpack(data)
+        doc = load_json(data) if self._is_json(data) else load_msgpack(data)
         if not isinstance(doc, dict) or "p" not in doc:
             raise DecodeError("stored task is not a delayq envelope")
         version = doc.get("v", 1)

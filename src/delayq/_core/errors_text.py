@@ -41,3 +41,13 @@ def error_summary(text: str | None, width: int | None = None) -> str:
     if width is not None and len(summary) > width:
         summary = summary[: max(width - 1, 0)] + "…"
     return summary
+
+
+def bind_error(host: str, port: int, exc: OSError) -> OSError:
+    """The refusal to bind ``host:port`` (a busy port, an unknown host) as an OSError that
+    names the address, which the bare one does not: ``cannot listen on 127.0.0.1:9808:
+    address already in use`` (errno kept)."""
+    reason = (exc.strerror or str(exc)).lower()
+    error = OSError(f"cannot listen on {host}:{port}: {reason}")
+    error.errno = exc.errno
+    return error

@@ -24,6 +24,7 @@ class TaskState(StrEnum):
     DELAYED = "delayed"  # waiting for its due time
     READY = "ready"  # due, waiting for a consumer
     INFLIGHT = "inflight"  # leased to a consumer
+    EXPIRED = "expired"  # its lease ran out, no consumer has reclaimed it yet
     DEAD = "dead"  # dead-lettered
 
 
@@ -108,7 +109,7 @@ class Stats:
     queue: str
     delayed: int  # not due yet
     ready: int  # due, not yet handed out
-    inflight: int  # leased to consumers
+    inflight: int  # leased to consumers, lease still running
     dead: int
     overdue: int  # ready for longer than the queue's overdue_after
     oldest_overdue_age: float  # seconds the oldest due task has waited; 0.0 if none
@@ -120,8 +121,11 @@ class Stats:
     lateness_sum: float = 0.0  # seconds, over all deliveries
     consumer_seen_at: datetime | None = None  # when a consumer last fetched
     shards: tuple[Stats, ...] = ()  # a sharded queue's sub-queues, in shard order
+    # Leases that ran out with no consumer back to reclaim them (a fetch does, delivering the
+    # task again): many, or any for long, means the consumers are gone or stuck.
+    expired: int = 0
 
     @property
     def total(self) -> int:
         """Tasks stored in any state."""
-        return self.delayed + self.ready + self.inflight + self.dead
+        return self.delayed + self.ready + self.inflight + self.expired + self.dead

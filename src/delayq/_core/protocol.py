@@ -307,6 +307,7 @@ class StatsReply:
     inflight: int
     dead: int
     overdue: int
+    expired: int  # leases that ran out, not yet reclaimed (not counted in inflight)
     oldest_due_ms: int | None  # the due time of the oldest task waiting to be taken
     next_due_ms: int | None
     counters: dict[str, int]
@@ -317,7 +318,7 @@ class StatsReply:
     @property
     def total(self) -> int:
         """Tasks stored in any state."""
-        return self.delayed + self.ready + self.inflight + self.dead
+        return self.delayed + self.ready + self.inflight + self.expired + self.dead
 
 
 def parse_stats(reply: Sequence[Any]) -> StatsReply:
@@ -326,7 +327,7 @@ def parse_stats(reply: Sequence[Any]) -> StatsReply:
     counters: dict[str, int] = {}
     lateness = dict.fromkeys((*(ms / 1000 for ms in LATENESS_BUCKETS_MS), math.inf), 0)
     lateness_sum_ms, seen_ms = 0, None
-    for i in range(8, len(reply), 2):
+    for i in range(9, len(reply), 2):
         field, value = _text(reply[i]), int(reply[i + 1])
         if field == "seen_ms":
             seen_ms = value
@@ -339,6 +340,7 @@ def parse_stats(reply: Sequence[Any]) -> StatsReply:
             counters[field] = value
     now_ms, delayed, ready, inflight, dead, overdue, oldest, next_due = map(int, reply[:8])
     return StatsReply(
+        expired=int(reply[8]) if len(reply) > 8 else 0,
         now_ms=now_ms,
         delayed=delayed,
         ready=ready,
@@ -365,6 +367,7 @@ def stats_from_reply(name: str, reply: Sequence[Any]) -> Stats:
         inflight=raw.inflight,
         dead=raw.dead,
         overdue=raw.overdue,
+        expired=raw.expired,
         oldest_overdue_age=0.0 if oldest is None else (raw.now_ms - oldest) / 1000,
         next_due_at=to_datetime(raw.next_due_ms),
         counters=raw.counters,

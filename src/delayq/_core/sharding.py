@@ -162,6 +162,7 @@ def merged_stats(name: str, parts: Sequence[Stats]) -> Stats:
         lateness_sum=sum(p.lateness_sum for p in parts),
         consumer_seen_at=max(seen) if seen else None,
         shards=tuple(parts),
+        expired=sum(p.expired for p in parts),
     )
 
 

@@ -168,6 +168,7 @@ class AsyncWorker(WorkerBase):
             with contextlib.suppress(Exception):  # a broken recorder must not stop a stop
                 self._metrics.worker_stopped([q.name for q in self._queues])
             self._write_health()
+            self._forget_troubles()
             log.info("delayq worker stopped: processed=%d", self._counters.processed)
         self._supervisor.raise_if_failed()
 
@@ -214,11 +215,10 @@ class AsyncWorker(WorkerBase):
             try:
                 tasks = await queue.poll_many(wanted, timeout=self._poll_timeout[index])
                 backoff = 0.05
+                self._fetch_trouble[index].succeeded()
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die
                 self._counters.redis_errors += 1
-                log.warning(
-                    "delayq worker: fetch from %s failed (%s); retrying", queue.name, printable(exc)
-                )
+                self._fetch_trouble[index].failed(exc)  # logged once per outage
                 await _sleep_unless(self._stopping, backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
@@ -345,15 +345,14 @@ class AsyncWorker(WorkerBase):
                 continue
             try:
                 acked: list[bool | None] = list(await queue.ack_many(batch))
+                self._ack_trouble[index].succeeded()
             except asyncio.CancelledError:  # the batch stays due: the last flush sends it
                 self._ledger.ack_failed(index, batch)
                 raise
             except DelayqError as exc:  # leases stay held: the heartbeat keeps them alive
                 self._counters.redis_errors += 1
-                log.warning(
-                    "delayq worker: ack of %d tasks failed (%s); retrying",
-                    len(batch), printable(exc),
-                )  # fmt: skip
+                self._ack_trouble[index].failed(exc)  # logged once per outage
+                log.debug("delayq worker: ack of %d tasks failed; retrying", len(batch))
                 self._ledger.ack_failed(index, batch)
                 await asyncio.sleep(0.5)
                 continue
@@ -390,13 +389,14 @@ class AsyncWorker(WorkerBase):
                     continue  # at-most-once: no lease to keep
                 try:
                     await queue.extend(task, lease_s)
+                    self._heartbeat_trouble.succeeded()
                 except LeaseLost:  # its ack may have landed since the list was taken
                     if self._ledger.lease_lost(index, task):
                         log.warning(
                             "delayq worker: lease on %s expired while held", printable(task.id)
                         )
                 except DelayqError as exc:
-                    log.warning("delayq worker: heartbeat failed (%s)", printable(exc))
+                    self._heartbeat_trouble.failed(exc)  # logged once per outage
                 except Exception as exc:  # not Redis: let this lease run out, keep the others
                     self._ledger.given_back(index, task)
                     self._internal_error("heartbeat", queue.name, task.id, exc)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._core.handling import Counters, Outcome, Verdict, WorkerHealth, describe
+from .._core.outages import OUTAGES, where_of
 from .._core.text import printable, utf8_safe
 from .._core.timing import Duration, format_duration, setting_s
 from ..exceptions import ConfigError, WorkerFailed
@@ -23,6 +24,30 @@ from ..metrics._base import NOOP, WorkerRecorder
 from .ledger import Ledger, Pace
 
 log = logging.getLogger("delayq.worker")
+
+
+class RedisTrouble:
+    """One loop of a worker (a queue's fetches, its acks, the heartbeat) reporting its Redis
+    failures to the process's outage log (_core/outages.py): a Redis away for 8 s is one
+    warning and one recovery line, not a line per retry of every loop."""
+
+    def __init__(self, what: str, fallback: str) -> None:
+        self.what = what  # "fetch from orders"
+        self.fallback = fallback  # the name of a failure that names no Redis: the queue's
+        self._where: str | None = None
+
+    def failed(self, exc: BaseException) -> None:
+        self._where = where_of(exc, self.fallback)
+        OUTAGES.lost(self._where, self, exc, self.what)
+
+    def succeeded(self) -> None:
+        """A call got through (cheap unless a failure came before it)."""
+        if self._where is not None:
+            where, self._where = self._where, None
+            OUTAGES.back(where, self)
+
+    def close(self) -> None:
+        OUTAGES.forget(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +352,15 @@ class WorkerBase:
         self._signals = 0
         self._supervisor = LoopSupervisor(self._counters)
         self._health_error: str | None = None
+        names = [q.name for q in self._queues]
+        self._fetch_trouble = [RedisTrouble(f"fetch from {n}", n) for n in names]
+        self._ack_trouble = [RedisTrouble(f"acks on {n}", n) for n in names]
+        self._heartbeat_trouble = RedisTrouble("lease heartbeat", ", ".join(names))
+
+    def _forget_troubles(self) -> None:
+        """The worker stopped: its loops wait on no outage (outages.py)."""
+        for trouble in [*self._fetch_trouble, *self._ack_trouble, self._heartbeat_trouble]:
+            trouble.close()
 
     def health(self) -> WorkerHealth:
         """Whether the worker is alive (running, every loop kept going, fetching recently; if

@@ -159,6 +159,7 @@ class Worker(WorkerBase):
             with contextlib.suppress(Exception):  # a broken recorder must not stop a stop
                 self._metrics.worker_stopped([q.name for q in self._queues])
             self._write_health()
+            self._forget_troubles()
             log.info("delayq worker stopped: processed=%d", self._counters.processed)
         self._supervisor.raise_if_failed()
 
@@ -212,11 +213,10 @@ class Worker(WorkerBase):
             try:
                 tasks = queue.poll_many(wanted, timeout=self._poll_timeout[index])
                 backoff = 0.05
+                self._fetch_trouble[index].succeeded()
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die
                 self._counters.redis_errors += 1
-                log.warning(
-                    "delayq worker: fetch from %s failed (%s); retrying", queue.name, printable(exc)
-                )
+                self._fetch_trouble[index].failed(exc)  # logged once per outage
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
@@ -360,12 +360,11 @@ class Worker(WorkerBase):
                 continue
             try:
                 acked: list[bool | None] = list(queue.ack_many(batch))
+                self._ack_trouble[index].succeeded()
             except DelayqError as exc:  # leases stay held: the heartbeat keeps them alive
                 self._counters.redis_errors += 1
-                log.warning(
-                    "delayq worker: ack of %d tasks failed (%s); retrying",
-                    len(batch), printable(exc),
-                )  # fmt: skip
+                self._ack_trouble[index].failed(exc)  # logged once per outage
+                log.debug("delayq worker: ack of %d tasks failed; retrying", len(batch))
                 with self._lock:
                     self._ledger.ack_failed(index, batch)
                 self._finished.wait(0.5)
@@ -446,13 +445,14 @@ class Worker(WorkerBase):
                 continue  # at-most-once: no lease to keep
             try:
                 queue.extend(task, lease_s)
+                self._heartbeat_trouble.succeeded()
             except LeaseLost:
                 with self._lock:  # its ack may have landed since the list was taken
                     news = self._ledger.lease_lost(index, task)
                 if news:
                     log.warning("delayq worker: lease on %s expired while held", printable(task.id))
             except DelayqError as exc:
-                log.warning("delayq worker: heartbeat failed (%s)", printable(exc))
+                self._heartbeat_trouble.failed(exc)  # logged once per outage
             except Exception as exc:  # not Redis: let this lease run out, keep the others
                 with self._lock:
                     self._ledger.given_back(index, task)

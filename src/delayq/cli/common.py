@@ -50,7 +50,16 @@ class State(StrEnum):
     delayed = "delayed"
     ready = "ready"
     inflight = "inflight"
+    expired = "expired"
     dead = "dead"
+
+
+def redis_help() -> str:
+    """--redis's help: the default it names is the one a command without --redis uses,
+    ``$REDIS_URL`` (its password masked) when that is set."""
+    url = os.environ.get("REDIS_URL")
+    default = f"$REDIS_URL = {safe_url(url)}" if url else f"$REDIS_URL, else {DEFAULT_URL}"
+    return f"Redis URL (default: {default}). A password given here shows in ps: set REDIS_URL."
 
 
 RedisOpt = Annotated[
@@ -59,8 +68,9 @@ RedisOpt = Annotated[
         "--redis",
         envvar="REDIS_URL",
         metavar="URL",
-        help="Redis URL; default $REDIS_URL. A password given here shows in ps: set REDIS_URL.",
+        help=redis_help(),
         show_envvar=False,
+        show_default=False,
     ),
 ]
 PrefixOpt = Annotated[
@@ -99,6 +109,11 @@ def bad(message: str) -> NoReturn:
 def say(text: str) -> None:
     """One line on stdout, escaped of control characters, never parsed for markup or cut."""
     out.print(Text(printable(text)), soft_wrap=True)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 dead task``, ``2 dead tasks``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def warn(text: str) -> None:

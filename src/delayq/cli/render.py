@@ -180,6 +180,13 @@ def when(moment: datetime | None) -> str:
 COMPACT: dict[str, Any] = {"box": box.SIMPLE_HEAD, "padding": (0, 1, 0, 0), "pad_edge": False}
 
 
+def one_line(value: object) -> Text:
+    """A cell cut to one line with an ellipsis, however narrow its column gets."""
+    text = safe(value)
+    text.no_wrap, text.overflow = True, "ellipsis"
+    return text
+
+
 def safe(value: object, *, keep_newlines: bool = False, style: str = "") -> Text:
     """Text from Redis as a table cell: escaped of controls, never parsed for markup."""
     return Text(printable(value, keep_newlines=keep_newlines), style=style)
@@ -214,7 +221,8 @@ def stats_table(rows: Sequence[Stats], title: str | None = None, width: int = 20
     # The name column may fold, never end in an ellipsis (two queues must not look alike);
     # it takes whatever width the numbers leave.
     table.add_column("queue", overflow="fold", min_width=16, ratio=1)
-    for name in ("delayed", "ready", "inflight", "dead", "overdue", "oldest due", "next due"):
+    for name in ("delayed", "ready", "inflight", "expired", "dead", "overdue", "oldest due",
+                 "next due"):  # fmt: skip
         table.add_column(name, justify="right")
     counters = Table(show_edge=False, box=None)
     counters.add_column("queue", style="bold", overflow="fold")
@@ -227,6 +235,7 @@ def stats_table(rows: Sequence[Stats], title: str | None = None, width: int = 20
             str(s.delayed),
             str(s.ready),
             str(s.inflight),
+            _count(s.expired, "yellow"),  # leases no consumer came back for
             _count(s.dead, "red"),
             _count(s.overdue, "yellow"),
             format_duration(s.oldest_overdue_age) if s.oldest_overdue_age > 0 else "-",
@@ -238,7 +247,7 @@ def stats_table(rows: Sequence[Stats], title: str | None = None, width: int = 20
     return Group(table) if wide else Group(table, counters)
 
 
-STATS_COLUMNS = ("queue", "delayed", "ready", "inflight", "dead", "overdue",
+STATS_COLUMNS = ("queue", "delayed", "ready", "inflight", "expired", "dead", "overdue",
                  "oldest-due", "next-due", "counters")  # fmt: skip
 
 
@@ -253,6 +262,7 @@ def stats_lines(rows: Sequence[Stats]) -> list[str]:
                 str(s.delayed),
                 str(s.ready),
                 str(s.inflight),
+                str(s.expired),
                 str(s.dead),
                 str(s.overdue),
                 format_duration(s.oldest_overdue_age) if s.oldest_overdue_age > 0 else "-",
@@ -273,26 +283,33 @@ def _time_of(task: TaskInfo) -> datetime | None:
     return task.due_at or task.lease_expires_at or task.dead_at
 
 
-def tasks_table(tasks: Sequence[TaskInfo], title: str) -> Table:
+def tasks_table(tasks: Sequence[TaskInfo], title: str, width: int = 80) -> Table:
+    """Tasks, two lines each at most: an id keeps one line (it is copied into ``delayq
+    get``; up to 40 characters), the time breaks before its "(in 5m)" below 120 columns,
+    payload and error are cut to one line (``delayq get`` shows them whole)."""
+    id_width = min(max((len(printable(t.id)) for t in tasks), default=2), 40)
+    two_lines = width < 120
     table = Table(title=safe(title), **COMPACT)
-    table.add_column("id", overflow="fold")
-    table.add_column("state")
-    table.add_column("time (due / lease / died)")
-    table.add_column("tries", justify="right")
-    table.add_column("pri", justify="right")
+    # rich narrows only the columns that may wrap: id, state, time and the numbers may not.
+    table.add_column("id", no_wrap=True, overflow="fold", min_width=id_width)
+    table.add_column("state", no_wrap=True)
+    table.add_column("due / lease / died", no_wrap=True)
+    table.add_column("tries", justify="right", no_wrap=True)
+    table.add_column("pri", justify="right", no_wrap=True)
     table.add_column("key", overflow="fold")
-    table.add_column("payload")
-    table.add_column("last error")
+    table.add_column("payload", ratio=2)
+    table.add_column("last error", ratio=1)
     for t in tasks:
+        moment = when(_time_of(t))
         table.add_row(
             safe(t.id),
             t.state.value,
-            when(_time_of(t)),
+            moment.replace("Z (", "Z\n(") if two_lines else moment,
             str(t.attempts),
             str(t.priority),
             safe(t.key or "-"),
-            safe(preview(t.payload)),
-            safe(error_summary(t.last_error, 200) or "-"),
+            one_line(preview(t.payload)),
+            one_line(error_summary(t.last_error, 200) or "-"),
         )
     return table
 

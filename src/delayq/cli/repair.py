@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from .. import DelayQueue
+from .. import DelayQueue, TaskState
 from .._core.keys import QueueKeys
 from .._core.registry import member_text
 from ..exceptions import ConfigError
@@ -24,6 +24,7 @@ from .common import (
     RedisOpt,
     State,
     bad,
+    plural,
     say,
     session,
     warn,
@@ -52,8 +53,10 @@ def requeue(
 
     Example: delayq requeue orders --all
     """
-    if bool(ids) == all:
-        bad("give dead task ids or --all (not both)")
+    if ids and all:
+        bad("give dead task ids or --all, not both")
+    if not ids and not all:
+        bad("give the dead task ids to requeue, or --all for every dead task")
     with session(redis, prefix) as s:
         q = s.queue(queue)
         if all:
@@ -63,20 +66,31 @@ def requeue(
             if json:
                 render.print_json({"requeued": moved})
             else:
-                say(f"requeued {moved} dead tasks of {queue}")
+                say(f"requeued {plural(moved, 'dead task')} of {queue}")
             return
         done = {task_id: q.requeue_dead(task_id) == 1 for task_id in ids or []}
         if not any(done.values()):
             s.require(queue)
-    missed = [i for i, ok in done.items() if not ok]
+        missed = {i: why_not_requeued(q, i) for i, ok in done.items() if not ok}
     if json:
-        render.print_json({"requeued": [i for i, ok in done.items() if ok], "missed": missed})
+        render.print_json({"requeued": [i for i, ok in done.items() if ok], "missed": [*missed]})
     else:
         for task_id, ok in done.items():
             if ok:
                 say(f"requeued {task_id}")
     if missed:
-        raise CliError(f"not requeued (not dead, or a live task holds its key): {' '.join(missed)}")
+        raise CliError("not requeued: " + "; ".join(f"{i}: {why}" for i, why in missed.items()))
+
+
+def why_not_requeued(q: DelayQueue, task_id: str) -> str:
+    """Why ``requeue_dead(task_id)`` moved nothing: no such task, a live one, or a dead task
+    whose dedup key a live task holds now."""
+    info = q.get(task_id)
+    if info is None:
+        return "no such task"
+    if info.state is not TaskState.DEAD:
+        return f"not dead (it is {info.state.value})"
+    return f"a live task holds its dedup key {info.key!r}"
 
 
 def requeue_all(q: DelayQueue) -> int:
@@ -93,7 +107,8 @@ def purge(
             "--state",
             "-s",
             metavar="STATE",
-            help="State to delete: delayed, ready, inflight or dead (repeatable; default: dead).",
+            help="State to delete: delayed, ready, inflight, expired or dead (repeatable; "
+            "default: dead).",
         ),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
@@ -117,7 +132,7 @@ def purge(
             st = q.stats()
             n = sum(getattr(st, name) for name in states)
             if not typer.confirm(
-                f"Delete {n} {'/'.join(states)} task(s) from {queue!r}?", default=False
+                f"Delete {plural(n, '/'.join(states) + ' task')} from {queue!r}?", default=False
             ):
                 raise CliError("aborted: nothing deleted")
         deleted = q.purge(states)
@@ -126,7 +141,7 @@ def purge(
     if json:
         render.print_json({"purged": deleted, "states": states})
     else:
-        say(f"purged {deleted} task(s) ({', '.join(states)}) from {queue}")
+        say(f"purged {plural(deleted, 'task')} ({', '.join(states)}) from {queue}")
 
 
 @app.command()

@@ -15,6 +15,7 @@ from .. import worker as runtime
 from ..metrics import cli as metrics_cli
 from . import parse
 from .common import DEFAULT_URL, CliError, PrefixOpt, RedisOpt, Session, bad, warn
+from .outboxdb import open_outbox, require_installed, run_db
 
 app = typer.Typer()  # its commands are top-level ones of `delayq` (see app.py)
 WORKER_CLIENT = "delayq-worker"  # the CLIENT SETNAME of `delayq worker`'s connections
@@ -177,16 +178,39 @@ def exporter(
     overdue_after: Annotated[
         str, typer.Option(metavar="DURATION", help="A due task waiting longer counts as overdue.")
     ] = "1s",
+    dsn: Annotated[
+        str | None,
+        typer.Option(
+            "--dsn",
+            envvar="DELAYQ_OUTBOX_DSN",
+            metavar="DSN",
+            help="Also report this PostgreSQL outbox's health: pending, dead, oldest pending "
+            "age, live relays (env DELAYQ_OUTBOX_DSN).",
+            show_envvar=False,
+        ),
+    ] = None,
+    table: Annotated[
+        str, typer.Option(metavar="TABLE", help="The outbox table (with --dsn).")
+    ] = "delayq_outbox",
+    schema: Annotated[
+        str | None, typer.Option(metavar="SCHEMA", help="The outbox table's schema.")
+    ] = None,
     redis: RedisOpt = DEFAULT_URL,
     prefix: PrefixOpt = "dq",
 ) -> None:
     """Serve Prometheus metrics of the queues on /metrics, read from Redis at each scrape.
 
-    Needs prometheus-client (delayq's metrics extra). Runs until SIGTERM or Ctrl-C.
+    Needs prometheus-client (delayq's metrics extra); --dsn needs the postgres extra too.
+    Runs until SIGTERM or Ctrl-C.
 
-    Example: delayq exporter --port 9808 --redis redis://cache:6379/0
+    Example: delayq exporter --port 9808 --redis redis://cache:6379/0 --dsn postgresql:///shop
     """
     Session(redis, prefix).close()  # validates --redis and --prefix before starting
+    outbox = None
+    if dsn:
+        box = open_outbox(dsn, table, schema)  # a bad DSN or name fails now, in one line
+        run_db(lambda: require_installed(box))
+        outbox = (dsn, table, schema)
     seconds = parse.duration(overdue_after, "--overdue-after")
     # This command is the program: its log lines (a Redis outage, once) go to stderr.
     logging.basicConfig(
@@ -194,7 +218,7 @@ def exporter(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    metrics_cli.run_exporter(redis, port, host, prefix, queue, seconds, warn)
+    metrics_cli.run_exporter(redis, port, host, prefix, queue, seconds, warn, outbox)
 
 
 @app.command()
@@ -231,6 +255,17 @@ def dashboard(
             help="Trust X-Forwarded-Proto/-For from these proxy addresses (comma separated).",
         ),
     ] = None,
+    dsn: Annotated[
+        str | None,
+        typer.Option(
+            "--dsn",
+            envvar="DELAYQ_OUTBOX_DSN",
+            metavar="DSN",
+            help="Also show this PostgreSQL outbox's health (table delayq_outbox; env "
+            "DELAYQ_OUTBOX_DSN).",
+            show_envvar=False,
+        ),
+    ] = None,
     redis: RedisOpt = DEFAULT_URL,
     prefix: PrefixOpt = "dq",
 ) -> None:
@@ -250,6 +285,6 @@ def dashboard(
     Session(redis, prefix).close()  # validates --redis and --prefix before starting
     settings = web.Settings(
         redis, prefix, token=token or None, read_only=read_only,
-        allowed_hosts=tuple(allowed_host or ()),
+        allowed_hosts=tuple(allowed_host or ()), outbox_dsn=dsn or None,
     )  # fmt: skip
     web.serve(settings, host, port, forwarded_allow_ips=forwarded_allow_ips)

@@ -167,7 +167,8 @@ def inspect_tasks(
             "--state",
             "-s",
             metavar="STATE",
-            help="Only this state: delayed, ready, inflight or dead (repeatable; default: all).",
+            help="Only this state: delayed, ready, inflight, expired or dead (repeatable; "
+            "default: all).",
         ),
     ] = None,
     limit: LimitOpt = 20,
@@ -177,9 +178,11 @@ def inspect_tasks(
     prefix: PrefixOpt = "dq",
     json: JsonOpt = False,
 ) -> None:
-    """List tasks by state: ready (due), delayed (not yet due), inflight, dead; paged.
+    """List tasks by state: ready (due), delayed (not yet due), inflight, expired, dead; paged.
 
-    Order: ready and delayed by due time, inflight by lease expiry, dead oldest first.
+    inflight: leased, the lease running; expired: the lease ran out and no consumer has
+    reclaimed the task yet (a fetch does). Order: ready and delayed by due time, inflight
+    and expired by lease expiry, dead oldest first.
 
     Example: delayq inspect orders --state ready --limit 50 --offset 100
     """
@@ -194,7 +197,8 @@ def inspect_tasks(
         return
     for st, page in pages.items():
         if page or len(pages) == 1:
-            out.print(render.tasks_table(page, title=f"{queue}: {st.value} ({len(page)} shown)"))
+            title = f"{queue}: {st.value} ({len(page)} shown)"
+            out.print(render.tasks_table(page, title, out.width))
     if not any(pages.values()):
         warn(f"no tasks in {', '.join(st.value for st in pages)}")
 

@@ -9,7 +9,10 @@ See docs/dashboard.md.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import socket
 
+from .._core.errors_text import bind_error
 from .app import Settings, create_app
 from .security import check_bind, is_wildcard
 
@@ -35,10 +38,32 @@ def serve(
     # The address bound is a name clients use (IPv6 literals cannot be matched: skipped).
     if not is_wildcard(host) and ":" not in host and host not in settings.allowed_hosts:
         settings = dataclasses.replace(settings, allowed_hosts=(*settings.allowed_hosts, host))
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings), host=host, port=port, log_level="info",
         proxy_headers=bool(forwarded_allow_ips), forwarded_allow_ips=forwarded_allow_ips,
     )  # fmt: skip
+    # Bound here, not by uvicorn, whose refusal is a log line without the reason's address
+    # and an exit; ours is an OSError naming it (the CLI's one error line).
+    sock = listening_socket(host, port)
+    bound = sock.getsockname()[1]
+    where = f"[{host.strip('[]')}]" if ":" in host else host
+    # uvicorn prints its own line only for a socket it binds: the same line, for the same logs.
+    logging.getLogger("uvicorn.error").info(
+        "Uvicorn running on http://%s:%d (Press CTRL+C to quit)", where, bound
+    )
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (IPv6 for an address with a colon)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise bind_error(host, port, exc) from exc
+    return sock
 
 
 __all__ = ["Settings", "create_app", "serve"]

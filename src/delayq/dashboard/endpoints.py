@@ -24,6 +24,7 @@ from ..exceptions import ConfigError, InvalidTaskError
 from . import charts, security, views
 from .guard import Caller
 from .monitor import Snapshot
+from .outbox import read_outbox
 from .series import HEALTH_RANK, health
 from .state import Dashboard
 
@@ -142,12 +143,13 @@ async def index(request: Request) -> Response:
     else:  # the rows on the page are read now; the summary may be a few seconds old
         snap = await board.monitor.snapshot(shown)
     rows = [(s, health(s, snap.server_now, board.history)) for s in snap.stats]
-    fields = ("delayed", "ready", "inflight", "dead", "overdue")
+    fields = ("delayed", "ready", "inflight", "expired", "dead", "overdue")
     totals = {f: sum(getattr(s, f) for s in summary.stats) for f in fields}
     counted = {h: sum(1 for v in flags.values() if v == h) for h in HEALTH_RANK}
     bins = board.history.total_bins(time.time(), board.settings.bin_s)
+    outbox = await read_outbox(board.settings, board.monitor.runner)
     response = render(
-        request, "index.html", rows=rows, totals=totals, now=snap.server_now,
+        request, "index.html", rows=rows, totals=totals, now=snap.server_now, outbox=outbox,
         queues=len(names), counted=counted, page=page, pages=pages,
         summary_age=0.0 if fresh else board.summary_age(),
         **chart_context(board, bins, board.history.since()),

@@ -253,12 +253,17 @@ def health(
     stats: Stats, server_now: datetime, history: History, grace_s: float = CONSUMER_GRACE_S
 ) -> str:
     """``ok``; ``dead`` (dead-lettered tasks wait for someone to look at them); ``late``
-    (overdue tasks, consumers at work); or ``stuck``: overdue tasks and no consumer fetched for
-    ``grace_s``, or none was delivered during the last ``grace_s``. The worst one wins."""
+    (overdue tasks, consumers at work); or ``stuck``: overdue tasks or expired leases and no
+    consumer fetched for ``grace_s``, or overdue tasks and none was delivered during the last
+    ``grace_s``. The worst one wins. (An expired lease while consumers fetch is reclaimed by
+    their next fetch: no flag.)"""
+    seen = stats.consumer_seen_at
+    gone = seen is None or (server_now - seen).total_seconds() > grace_s
+    if stats.expired > 0 and gone:
+        return "stuck"
     if stats.overdue <= 0:
         return "dead" if stats.dead > 0 else "ok"
-    seen = stats.consumer_seen_at
-    if seen is None or (server_now - seen).total_seconds() > grace_s:
+    if gone:
         return "stuck"
     if history.delivered_since(stats.queue, grace_s) == 0:
         return "stuck"

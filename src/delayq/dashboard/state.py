@@ -45,6 +45,10 @@ class Settings:
     # dashboard and post its forms, or guess the token, from a victim's browser.
     allowed_hosts: tuple[str, ...] = ()
     history_queues: int = 200  # queues with charts of their own (the total covers all)
+    # A PostgreSQL outbox whose health the main page shows (the postgres extra).
+    outbox_dsn: str | None = None
+    outbox_table: str = "delayq_outbox"
+    outbox_schema: str | None = None
 
     def __post_init__(self) -> None:
         security.check_token(self.token)

@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 from .._core import protocol
 from .._core.keys import QueueKeys
 from .._core.models import Stats
-from .._core.text import printable
+from .._core.outages import OUTAGES, where_of
 from .._core.timing import Duration, duration_ms
 from .._sync.connection import Connection, shared_or_new
 from ..exceptions import DelayqError
@@ -26,7 +26,7 @@ log = logging.getLogger("delayq.metrics")
 CLIENT_NAME = "delayq-exporter"
 DEFAULT_RECONNECT_S = 3.0  # a scrape rides out a short blip, then reports delayq_exporter_up 0
 
-STATES = ("delayed", "ready", "inflight", "dead")
+STATES = ("delayed", "ready", "inflight", "expired", "dead")
 # Redis counters hash field (= metric name without delayq_ and _total) -> help text.
 COUNTERS = {
     "offered": "Tasks offered (scheduled).",
@@ -61,10 +61,9 @@ class QueueCollector(Collector):
     or the handle's own); ``prefix`` None: the handle's, else ``"dq"``.
 
     When Redis does not answer, the scrape still succeeds with ``delayq_exporter_up 0`` and
-    no queue samples. An outage is logged once, at its first failed scrape (a warning with
-    the error), and its end once (an info line, "available again", with how long it
-    lasted): a scrape every 15 s must not write a line every 15 s. (The connection layer
-    logs the outage once too, at its start and at its end.)
+    no queue samples. An outage is logged once for the process, at its start (a warning with
+    the error) and at its end (an info line, "available again", with how long it lasted):
+    a scrape every 15 s must not write a line every 15 s (see ``_core/outages.py``).
     """
 
     def __init__(
@@ -85,11 +84,17 @@ class QueueCollector(Collector):
         self.queues = None if queues is None else [QueueKeys(self.prefix, n).name for n in queues]
         duration_ms(overdue_after, "overdue_after")  # validates it
         self._overdue_after = overdue_after
-        self._outage_since: float | None = None  # monotonic time of the first failed scrape
+        self._outage_where: str | None = None  # the Redis a failed scrape could not read
         self._outage_lock = threading.Lock()  # scrapes may run on several server threads
+
+    @property
+    def runner(self) -> Any:
+        """The sync runner of the collector's Redis handle (for plain commands)."""
+        return self._conn.runner
 
     def close(self) -> None:
         """Close the Redis connections if this collector made them (not a handle passed in)."""
+        OUTAGES.forget(self)
         if self._owns_conn:
             self._conn.close()
 
@@ -123,24 +128,17 @@ class QueueCollector(Collector):
 
     def _failed(self, exc: BaseException) -> None:
         with self._outage_lock:
-            if self._outage_since is not None:
-                return  # logged at the outage's first scrape
-            self._outage_since = time.monotonic()
-        log.warning(
-            "delayq exporter: cannot read queue stats from Redis (%s: %s); "
-            "scrapes report delayq_exporter_up 0 until it answers",
-            type(exc).__name__,
-            printable(exc),
-        )
+            self._outage_where = where_of(exc, f"prefix {self.prefix!r}")
+            where = self._outage_where
+        # One warning for the process (_core/outages.py): the connection layer's calls fail
+        # in the same outage.
+        OUTAGES.lost(where, self, exc, "scrapes (delayq_exporter_up 0)")
 
     def _recovered(self) -> None:
         with self._outage_lock:
-            since, self._outage_since = self._outage_since, None
-        if since is not None:
-            log.info(
-                "delayq exporter: Redis is available again (unavailable for %.1f s)",
-                time.monotonic() - since,
-            )
+            where, self._outage_where = self._outage_where, None
+        if where is not None:
+            OUTAGES.back(where, self)
 
     def describe(self) -> Iterator[Metric]:
         # Without describe() the registry would call collect() (and Redis) on registration.

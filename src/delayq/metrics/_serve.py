@@ -12,6 +12,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
+from .._core.errors_text import bind_error
 from ._collector import QueueCollector
 from ._worker import WorkerMetrics
 
@@ -32,7 +33,7 @@ class MetricsServer:
     ) -> None:
         self.registry = registry
         self.collectors = list(collectors)
-        self._server = ThreadingHTTPServer((host, port), _handler(self.body))
+        self._server = listen(host, port, _handler(self.body))
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="delayq-metrics", daemon=True
@@ -58,6 +59,15 @@ class MetricsServer:
         self._thread.join(5)
         for collector in self.collectors:
             collector.close()
+
+
+def listen(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """An HTTP server bound to ``host:port``; a refused bind (a busy port, an unknown host)
+    is an OSError that names the address, which the bare one does not."""
+    try:
+        return ThreadingHTTPServer((host, port), handler)
+    except OSError as exc:
+        raise bind_error(host, port, exc) from exc
 
 
 def _handler(body: Callable[[], bytes]) -> type[BaseHTTPRequestHandler]:
@@ -98,12 +108,23 @@ def start_exporter(
     queues: Iterable[str] | None = None,
     overdue_after: float = 1.0,
     registry: CollectorRegistry | None = None,
+    outbox_dsn: str | None = None,
+    outbox_table: str = "delayq_outbox",
+    outbox_schema: str | None = None,
 ) -> MetricsServer:
     """Serve the queue metrics of ``queues`` (default: every registered queue) on
     ``http://host:port/metrics`` from a daemon thread; returns at once. ``registry``: more
-    metrics to serve on the same page (none by default)."""
+    metrics to serve on the same page (none by default). ``outbox_dsn``: also the health of
+    that PostgreSQL outbox table (``delayq_outbox_*``, see ``_outbox.py``; the postgres
+    extra)."""
     collector = QueueCollector(redis, prefix=prefix, queues=queues, overdue_after=overdue_after)
     registry = CollectorRegistry() if registry is None else registry
+    if outbox_dsn is not None:
+        from ._outbox import OutboxHealthCollector
+
+        registry.register(
+            OutboxHealthCollector(outbox_dsn, collector.runner, outbox_table, outbox_schema)
+        )
     return MetricsServer(registry, host, port, [collector])
 
 

@@ -33,8 +33,10 @@ def run_exporter(
     queues: Sequence[str] | None,
     overdue_after: float,
     say: Callable[[str], Any],
+    outbox: tuple[str, str, str | None] | None = None,
 ) -> None:
-    """Serve the queue metrics until SIGTERM or SIGINT, then return."""
+    """Serve the queue metrics (and, with ``outbox`` = (dsn, table, schema), that outbox's
+    health) until SIGTERM or SIGINT, then return."""
     require_prometheus()
     from ._serve import start_exporter
 
@@ -45,8 +47,13 @@ def run_exporter(
         prefix=prefix,
         queues=queues or None,
         overdue_after=overdue_after,
+        outbox_dsn=outbox[0] if outbox else None,
+        outbox_table=outbox[1] if outbox else "delayq_outbox",
+        outbox_schema=outbox[2] if outbox else None,
     )
     which = ", ".join(queues) if queues else f"every queue under prefix {prefix!r}"
+    if outbox:
+        which += f"; outbox {outbox[2] + '.' if outbox[2] else ''}{outbox[1]}"
     say(f"delayq exporter: serving {server.url} ({which})")
     stop = threading.Event()
     previous = {
@@ -59,3 +66,4 @@ def run_exporter(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         server.stop()
+        say("delayq exporter: stopped")

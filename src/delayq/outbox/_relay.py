@@ -29,6 +29,7 @@ from .._core.protocol import OfferSpec
 from .._core.timing import Duration, duration_ms
 from .._core.urls import mask_secrets
 from ..exceptions import ConfigError, DelayqError, InvalidTaskError, RedisUnavailable, ServerError
+from . import _heartbeat as heartbeat
 from ._conn import require_psycopg
 from ._rows import Claimed, check_row
 from ._schema import DEFAULT_BATCH, Schema, for_psycopg
@@ -178,6 +179,7 @@ class AsyncRelay:
         finally:
             self.connected.clear()
             await self.close()
+            log.info("outbox relay %s: stopped, %d rows offered", self.name, self.stats.offered)
 
     async def relay_pending(self) -> int:
         """Relay what is pending now, once, and return the rows handled (no LISTEN)."""
@@ -236,6 +238,7 @@ class AsyncRelay:
             try:
                 while not self._stopping:
                     wake.clear()
+                    await heartbeat.beat(self)  # liveness for the exporter (_heartbeat.py)
                     try:
                         await self._drain(work)
                         redis_backoff = _FIRST_BACKOFF_S

@@ -2,14 +2,18 @@
 -- KEYS:  the queue key set (see _lib.lua).
 -- ARGV[1] id
 -- Reply: {now, state, score or '', attempts, envelope or '', last error or '', ttl deadline
---        or ''}; state is 'delayed', 'inflight', 'dead' or '' (unknown); the score's time is the
---        due time (delayed), lease expiry (inflight) or time of death (dead).
+--        or ''}; state is 'delayed', 'inflight', 'expired' (a lease that ran out, not yet
+--        reclaimed by a fetch), 'dead' or '' (unknown); the score's time is the due time
+--        (delayed), lease expiry (inflight, expired) or time of death (dead).
 local id = ARGV[1]
 local now = now_ms()
 local state, s = '', redis.call('ZSCORE', K_DELAYED, id)
 if s then state = 'delayed' else
   s = redis.call('ZSCORE', K_INFLIGHT, id)
-  if s then state = 'inflight' else
+  if s then
+    state = 'inflight'
+    if tonumber(s) < score(now, 0) then state = 'expired' end
+  else
     s = redis.call('ZSCORE', K_DEAD, id)
     if s then state = 'dead' end
   end

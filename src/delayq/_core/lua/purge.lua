@@ -1,7 +1,8 @@
 -- purge: delete up to LIMIT tasks in the given states, every trace of them.
 -- KEYS:  the queue key set (see _lib.lua).
 -- ARGV[1] limit: most tasks deleted by this call (the client loops: each call stays short)
--- ARGV[2..] states: 'ready', 'delayed', 'inflight', 'dead' (at least one)
+-- ARGV[2..] states: 'ready', 'delayed', 'inflight' (live leases), 'expired' (leases that ran
+--           out), 'dead' (at least one)
 -- Reply: {deleted}; fewer than limit means nothing is left in those states.
 -- Dedup keys held by a deleted task are released at once (not kept for key_ttl): a purged
 -- task did not run. Deleting an in-flight task takes its lease away: its consumer's ack,
@@ -29,8 +30,15 @@ elseif want['delayed'] then
   purge(K_DELAYED,
     redis.call('ZRANGEBYSCORE', K_DELAYED, '(' .. due, '+inf', 'LIMIT', 0, limit))
 end
-if want['inflight'] and deleted < limit then
+local lapsed = '(' .. fmt(score(now, 0))
+if want['inflight'] and want['expired'] and deleted < limit then
   purge(K_INFLIGHT, redis.call('ZRANGE', K_INFLIGHT, 0, limit - deleted - 1))
+elseif want['inflight'] and deleted < limit then
+  purge(K_INFLIGHT, redis.call('ZRANGEBYSCORE', K_INFLIGHT, fmt(score(now, 0)), '+inf',
+    'LIMIT', 0, limit - deleted))
+elseif want['expired'] and deleted < limit then
+  purge(K_INFLIGHT, redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', lapsed,
+    'LIMIT', 0, limit - deleted))
 end
 if want['dead'] and deleted < limit then
   purge(K_DEAD, redis.call('ZRANGE', K_DEAD, 0, limit - deleted - 1))

@@ -2,7 +2,9 @@
 -- KEYS:  the queue key set (see _lib.lua).
 -- ARGV[1] overdue_after_ms: a due task waiting longer than this counts as overdue
 -- Reply: {now, delayed, ready, inflight, dead, overdue, oldest due ms or -1,
---         next due ms or -1, counter name, value, ...}
+--         next due ms or -1, expired, counter name, value, ...}; inflight counts the live
+--         leases, expired the leases that ran out with no consumer back to reclaim them
+--         (the head of the inflight set: one ZCOUNT).
 local overdue_after = tonumber(ARGV[1])
 local now = now_ms()
 local total = redis.call('ZCARD', K_DELAYED)
@@ -16,8 +18,9 @@ if head then
     'WITHSCORES', 'LIMIT', 0, 1)
   if ahead[2] then next_due = ms_of(ahead[2]) end
 end
-local reply = {now, total - ready, ready, redis.call('ZCARD', K_INFLIGHT),
-  redis.call('ZCARD', K_DEAD), overdue, oldest, next_due}
+local expired = redis.call('ZCOUNT', K_INFLIGHT, '-inf', '(' .. fmt(score(now, 0)))
+local reply = {now, total - ready, ready, redis.call('ZCARD', K_INFLIGHT) - expired,
+  redis.call('ZCARD', K_DEAD), overdue, oldest, next_due, expired}
 local counters = redis.call('HGETALL', K_COUNTERS)
 for i = 1, #counters do reply[#reply + 1] = counters[i] end
 return reply

@@ -1,12 +1,14 @@
 -- tasks: list one page of the tasks in one state, read in one consistent step.
 -- KEYS:  the queue key set (see _lib.lua).
--- ARGV[1] state: 'ready' (due, not handed out), 'delayed' (not due yet), 'inflight', 'dead'
+-- ARGV[1] state: 'ready' (due, not handed out), 'delayed' (not due yet), 'inflight' (a live
+--         lease), 'expired' (a lease that ran out, not yet reclaimed), 'dead'
 -- ARGV[2] offset   ARGV[3] limit
 -- Reply: {now, then per task: id, score, attempts, envelope or '', last error or '',
 --        ttl deadline ms or ''}; the score's time is the due time (ready, delayed), lease
 --        expiry (inflight) or time of death (dead). Order: that time, then priority.
 -- Pages by rank (ZRANGE by index), never by scanning: O(log N + limit). 'ready' is the due
--- head of the delayed set and 'delayed' the rest, split at one ZCOUNT of the due part.
+-- head of the delayed set and 'delayed' the rest, split at one ZCOUNT of the due part;
+-- 'expired' and 'inflight' split the inflight set (by lease expiry) the same way.
 local state, offset, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
 local key, first, last = K_DELAYED, offset, offset + limit - 1
@@ -17,8 +19,14 @@ if state == 'ready' or state == 'delayed' then
   else
     first, last = first + due, last + due
   end
-elseif state == 'inflight' then
+elseif state == 'inflight' or state == 'expired' then
   key = K_INFLIGHT
+  local lapsed = redis.call('ZCOUNT', K_INFLIGHT, '-inf', '(' .. fmt(score(now, 0)))
+  if state == 'expired' then
+    if last > lapsed - 1 then last = lapsed - 1 end
+  else
+    first, last = first + lapsed, last + lapsed
+  end
 elseif state == 'dead' then
   key = K_DEAD
 else
