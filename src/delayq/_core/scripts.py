@@ -28,6 +28,7 @@ class Op(StrEnum):
     BURY = "bury"
     TASKS = "tasks"
     PURGE = "purge"
+    SETTLE = "settle"  # the outbox relay's receipts (settle.lua)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from ..exceptions import ConfigError, DecodeError, InvalidTaskError
 # What the offer script parses out of an options field (offer.lua).
 _OPTIONS: Final = re.compile(r"(?:[0-9]\|[0-9]+\|[0-9]+\|.*)?", re.DOTALL)
 _EPOCH_MS_LIMIT: Final = 253402300799000
+_APPLY_ID: Final = re.compile(r"[0-9a-f-]{32,36}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +147,7 @@ class Claimed:
     spec: OfferSpec | None
     dedup: str
     age_s: float
+    apply_id: str = ""  # the row's own id, recorded by the script that applies it
 
     @property
     def delay_s(self) -> float:
@@ -193,7 +195,14 @@ def check_row(row: Mapping[str, Any], known: set[tuple[str, str]] | None = None)
         spec=spec,
         dedup=str(row["dedup"]),
         age_s=float(row["age_s"]),
+        apply_id=_apply_id_of(row.get("apply_id")),
     )
+
+
+def _apply_id_of(value: object) -> str:
+    if not isinstance(value, str) or not _APPLY_ID.fullmatch(value):
+        raise InvalidTaskError(f"row has a malformed apply id {value!r}")
+    return value
 
 
 def _dedup_of_row(value: object) -> None:

@@ -8,6 +8,10 @@ One row is one operation on one task, in commit order by ``seq``:
 - ``cancel``: no other column is used.
 - ``reschedule``: ``due_kind`` and ``due_ms`` as for an offer.
 
+Every row has its own ``apply_id`` (a UUID the database draws): the script that applies the
+row records it in the queue's hash tag and refuses it afterwards, so a row applied and then
+claimed again (its DELETE failed, its relay died before the commit) changes nothing.
+
 ``created`` is the database's ``clock_timestamp()`` at the insert. The relay turns a relative
 delay into what is left of it with the same server's clock at relay time, so the due time is
 the offer's time plus its delay however late the relay runs, and no host's own clock decides.
@@ -97,8 +101,12 @@ class Schema:
                 dedup text NOT NULL DEFAULT 'keep',
                 created timestamptz NOT NULL DEFAULT clock_timestamp(),
                 status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'dead')),
-                error text
+                error text,
+                apply_id uuid NOT NULL DEFAULT gen_random_uuid()
             )""",
+            # A table installed before apply ids: add them (each existing row gets its own).
+            f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS apply_id uuid NOT NULL "
+            "DEFAULT gen_random_uuid()",
             # The relay's claim walks pending rows in seq order, and looks up earlier rows of
             # the same task: both indexes hold pending rows only, so they stay small.
             f'CREATE INDEX IF NOT EXISTS "{self.table}_pending" ON {t} (seq) '
@@ -158,7 +166,7 @@ class Schema:
             "CASE WHEN o.due_kind = 'd' AND o.due_ms >= 0 THEN GREATEST(0, o.due_ms - CAST(floor("
             "extract(epoch FROM clock_timestamp() - o.created) * 1000) AS bigint)) "
             "ELSE o.due_ms END AS due_ms, "
-            "o.envelope, o.options, o.dedup, "
+            "o.envelope, o.options, o.dedup, CAST(o.apply_id AS text) AS apply_id, "
             "CAST(extract(epoch FROM clock_timestamp() - o.created) AS float8) AS age_s "
             f"FROM {t} o WHERE o.status = 'pending' AND o.seq = ("
             f"SELECT p.seq FROM {t} p WHERE p.queue = o.queue AND p.task_id = o.task_id "
