@@ -338,7 +338,18 @@ def test_relay_command_on_a_dead_database_alias_is_a_clear_error(
     proc = manage(project, "delayq_relay", "--database", "nope")
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode != 0
-    assert "nope" in out
+    assert "unknown database 'nope'" in out
+    assert "Traceback" not in out
+
+
+def test_relay_command_refuses_a_sweep_interval_that_never_wakes(
+    project: dict[str, str],
+) -> None:
+    proc = manage(project, "delayq_relay", "--sweep-interval", "inf")
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    assert "sweep_interval must be a number of seconds" in out
+    assert "Traceback" not in out
 
 
 # -- the on_commit path ----------------------------------------------------------------------

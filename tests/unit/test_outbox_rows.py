@@ -16,7 +16,7 @@ from delayq.outbox._schema import Schema, for_psycopg
 def test_parameters_become_psycopg_style_and_casts_are_left_alone() -> None:
     assert for_psycopg("a = :a AND b = :b_2") == "a = %(a)s AND b = %(b_2)s"
     assert for_psycopg("x::text, 'a:b'") == "x::text, 'a:b'"
-    for sql in (Schema().insert, Schema().claim, Schema().cancel, *Schema().install()):
+    for sql in (Schema().insert, Schema().claim(), Schema().cancel, *Schema().install()):
         assert "%" not in sql and "::" not in sql
 
 
@@ -86,6 +86,8 @@ def test_check_row_accepts_what_the_outbox_writes() -> None:
         {"task_id": ""},
         {"op": "explode"},
         {"apply_id": None},
+        {"options": "0|0|" + "9" * 400 + "|"},
+        {"options": "0|" + "9" * 5000 + "|0|k"},
         {"apply_id": "not-an-id"},
     ],
 )

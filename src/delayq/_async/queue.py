@@ -432,7 +432,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         self._check_open()
         shared, conn = self._shared, self._runner
         counts = sharding.shards_key(self._keys.prefix)
-        layout = sharding.recorded_layout(await conn.command("HGET", counts, self.name))
+        layout = sharding.recorded_layout(await conn.command("HGET", counts, self.name), self.name)
         if shared.routes is None:
             layout = await self._first_look(layout)
         elif not shared.known:
@@ -468,7 +468,9 @@ class AsyncDelayQueue(Generic[PayloadT]):
                 )
             counts = sharding.shards_key(self._keys.prefix)
             await conn.command("HSETNX", counts, self.name, wanted)
-            layout = sharding.recorded_layout(await conn.command("HGET", counts, self.name))
+            layout = sharding.recorded_layout(
+                await conn.command("HGET", counts, self.name), self.name
+            )
             await self._announce_layout([self.name])
         recorded = layout.shards if layout is not None else 1
         if wanted is not None and wanted != recorded:

@@ -33,7 +33,7 @@ async def reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "d
     conn = runner.connect(redis, "delayq-reshard", label=name)
     try:
         field = sharding.shards_key(prefix)
-        layout = sharding.recorded_layout(await conn.command("HGET", field, name))
+        layout = sharding.recorded_layout(await conn.command("HGET", field, name), name)
         if layout is not None and layout.previous is not None:
             raise ConfigError(
                 f"queue {name!r} is already being resharded ({layout.previous} -> "
@@ -58,7 +58,7 @@ async def finish_reshard(name: str, redis: Any = None, *, prefix: str = "dq") ->
     conn = runner.connect(redis, "delayq-reshard", label=name)
     try:
         field = sharding.shards_key(prefix)
-        layout = sharding.recorded_layout(await conn.command("HGET", field, name))
+        layout = sharding.recorded_layout(await conn.command("HGET", field, name), name)
         if layout is None or layout.previous is None:
             raise ConfigError(f"queue {name!r} is not being resharded")
         old = sharding.layout_names(name, layout)[1]

@@ -433,7 +433,7 @@ class DelayQueue(Generic[PayloadT]):
         self._check_open()
         shared, conn = self._shared, self._runner
         counts = sharding.shards_key(self._keys.prefix)
-        layout = sharding.recorded_layout(conn.command("HGET", counts, self.name))
+        layout = sharding.recorded_layout(conn.command("HGET", counts, self.name), self.name)
         if shared.routes is None:
             layout = self._first_look(layout)
         elif not shared.known:
@@ -469,7 +469,7 @@ class DelayQueue(Generic[PayloadT]):
                 )
             counts = sharding.shards_key(self._keys.prefix)
             conn.command("HSETNX", counts, self.name, wanted)
-            layout = sharding.recorded_layout(conn.command("HGET", counts, self.name))
+            layout = sharding.recorded_layout(conn.command("HGET", counts, self.name), self.name)
             self._announce_layout([self.name])
         recorded = layout.shards if layout is not None else 1
         if wanted is not None and wanted != recorded:

@@ -34,7 +34,7 @@ def reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "dq") ->
     conn = runner.connect(redis, "delayq-reshard", label=name)
     try:
         field = sharding.shards_key(prefix)
-        layout = sharding.recorded_layout(conn.command("HGET", field, name))
+        layout = sharding.recorded_layout(conn.command("HGET", field, name), name)
         if layout is not None and layout.previous is not None:
             raise ConfigError(
                 f"queue {name!r} is already being resharded ({layout.previous} -> "
@@ -59,7 +59,7 @@ def finish_reshard(name: str, redis: Any = None, *, prefix: str = "dq") -> str:
     conn = runner.connect(redis, "delayq-reshard", label=name)
     try:
         field = sharding.shards_key(prefix)
-        layout = sharding.recorded_layout(conn.command("HGET", field, name))
+        layout = sharding.recorded_layout(conn.command("HGET", field, name), name)
         if layout is None or layout.previous is None:
             raise ConfigError(f"queue {name!r} is not being resharded")
         old = sharding.layout_names(name, layout)[1]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from .._core.text import printable
 from .._core.timing import format_duration
 from .common import CliError
 
@@ -62,6 +63,7 @@ def status_json(st: Any) -> dict[str, Any]:
     return {
         "pending": st.pending,
         "dead": st.dead,
+        "missed": st.missed,
         "oldest_pending_age_s": st.oldest_pending_age,
         "queues": [
             {
@@ -69,6 +71,7 @@ def status_json(st: Any) -> dict[str, Any]:
                 "queue": q.queue,
                 "pending": q.pending,
                 "dead": q.dead,
+                "missed": q.missed,
                 "oldest_pending_age_s": q.oldest_pending_age,
             }
             for q in st.queues
@@ -79,10 +82,16 @@ def status_json(st: Any) -> dict[str, Any]:
 def status_lines(st: Any) -> list[str]:
     """The outbox's status as plain lines (``delayq outbox status``)."""
     age = "-" if st.oldest_pending_age is None else format_duration(st.oldest_pending_age)
-    lines = [f"outbox: {st.pending} pending, {st.dead} dead, oldest pending {age}"]
+    missed = f", {st.missed} missed" if st.missed else ""
+    lines = [f"outbox: {st.pending} pending, {st.dead} dead{missed}, oldest pending {age}"]
     for q in st.queues:
         q_age = "-" if q.oldest_pending_age is None else format_duration(q.oldest_pending_age)
-        lines.append(f"  {q.prefix}:{q.queue}  pending {q.pending}  dead {q.dead}  oldest {q_age}")
+        q_missed = f"  missed {q.missed}" if q.missed else ""
+        # names come from the table: shown escaped, never as terminal control sequences
+        lines.append(
+            f"  {printable(q.prefix)}:{printable(q.queue)}  pending {q.pending}  "
+            f"dead {q.dead}{q_missed}  oldest {q_age}"
+        )
     return lines
 
 

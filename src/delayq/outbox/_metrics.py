@@ -4,7 +4,11 @@
 - ``delayq_outbox_dead{prefix,queue}``: rows no relay could apply;
 - ``delayq_outbox_lag_seconds{prefix,queue}``: age of the oldest pending row (0 when none),
   on the database's clock: how far the relays are behind;
+- ``delayq_outbox_missed{prefix,queue}``: cancels and reschedules that found no waiting task;
 - ``delayq_outbox_relayed_total{op}``, ``delayq_outbox_relay_dead_total``: this relay's work;
+- ``delayq_outbox_relay_missed_total``, ``delayq_outbox_relay_refused_total``: its cancels
+  and reschedules that found no task, and rows claimed again that Redis refused (applied
+  before: a failed commit or a relay that died);
 - ``delayq_outbox_relay_last_lag_seconds``: commit to Redis for the last batch it relayed.
 """
 
@@ -48,6 +52,11 @@ class OutboxCollector:
             "Age of the oldest pending outbox row (database clock).",
             labels=labels,
         )
+        missed = core.GaugeMetricFamily(
+            "delayq_outbox_missed",
+            "Outbox cancels and reschedules that found no waiting task.",
+            labels=labels,
+        )
         try:
             status = self._outbox.status()
         except Exception as exc:  # a scrape must not fail because the database is away
@@ -57,7 +66,8 @@ class OutboxCollector:
             pending.add_metric([q.prefix, q.queue], q.pending)
             dead.add_metric([q.prefix, q.queue], q.dead)
             lag.add_metric([q.prefix, q.queue], q.oldest_pending_age or 0.0)
-        yield from (pending, dead, lag)
+            missed.add_metric([q.prefix, q.queue], q.missed)
+        yield from (pending, dead, lag, missed)
         if self._stats is None:
             return
         relayed = core.CounterMetricFamily(
@@ -75,7 +85,17 @@ class OutboxCollector:
             "Commit to Redis for the oldest row of this relay's last batch.",
         )
         last.add_metric([], self._stats.last_lag_s or 0.0)
-        yield from (relayed, buried, last)
+        not_found = core.CounterMetricFamily(
+            "delayq_outbox_relay_missed",
+            "Cancels and reschedules of this relay that found no waiting task.",
+        )
+        not_found.add_metric([], self._stats.missing)
+        refused = core.CounterMetricFamily(
+            "delayq_outbox_relay_refused",
+            "Rows this relay claimed again that Redis refused as applied before.",
+        )
+        refused.add_metric([], self._stats.duplicates)
+        yield from (relayed, buried, last, not_found, refused)
 
 
 def serve_relay_metrics(

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from .._async.connection import AsyncConnection, shared_or_new
 from .._async.queue import AsyncDelayQueue
+from .._core.durability import Durability
 from .._core.models import DedupMode
 from .._core.text import printable
 from .._core.timing import Duration, duration_ms
@@ -46,7 +47,7 @@ from ._apply import (
     Receipts,
 )
 from ._conn import require_psycopg
-from ._rows import Claimed, check_row
+from ._rows import Claimed, QueueFormat, check_row
 from ._schema import DEFAULT_BATCH, Schema, for_psycopg
 
 log = logging.getLogger("delayq.outbox")
@@ -57,6 +58,8 @@ DEFAULT_RECONNECT_S: Final = 5.0  # a Redis call's retries before the batch roll
 # Errors after which the whole batch rolls back and is claimed again (its rows applied so far
 # are refused by their receipts then): Redis away, or a write not confirmed durable.
 _RETRY_BATCH: Final = (RedisUnavailable, ServerError, NotDurable)
+_DEFAULT_FORMAT: Final = QueueFormat()
+_LONGEST_WAIT_S: Final = 3600.0  # sweep_interval, max_backoff: inf or nan would never wake
 _LOGGED_CHARS: Final = 500  # of a row's error in a log line (the table keeps 4,000)
 _SESSION_DEFAULTS: Final = {
     "connect_timeout": 10,
@@ -145,6 +148,13 @@ class AsyncRelay:
             back (seconds or a timedelta); None: 5 s, or a handle's own.
         max_backoff: the longest wait between reconnection attempts.
         name: the relay's ``application_name`` in ``pg_stat_activity``.
+        durability: a :class:`~delayq.Durability` for every queue the relay writes to: it
+            waits for the copies before it deletes the rows, and a shortfall
+            (:class:`~delayq.NotDurable`) rolls the batch back to be retried (the rows stay);
+            a queue in ``queues`` with a durability of its own uses that.
+        queues: per-queue :class:`QueueFormat` (by queue name), as given to the ``Outbox``:
+            the relay uses their ``max_payload_bytes`` (a larger row goes dead) and
+            ``durability``.
         receipt_retention: how long Redis refuses a row applied by a batch that has not
             committed (its DELETE failed, its relay died): a row claimed again within it
             changes nothing. Seconds or a timedelta; default 24 hours. Once the batch
@@ -164,6 +174,8 @@ class AsyncRelay:
         max_backoff: float = 5.0,
         name: str = APP_NAME,
         receipt_retention: Duration = DEFAULT_RETENTION_S,
+        durability: Durability | None = None,
+        queues: Mapping[str, QueueFormat] | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.isprintable() or not 0 < len(name) < 64:
             raise ConfigError(f"name must be 1-63 printable characters, got {name!r}")
@@ -173,8 +185,15 @@ class AsyncRelay:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ConfigError(f"batch_size must be an int >= 1, got {batch_size!r}")
         for name, value in (("sweep_interval", sweep_interval), ("max_backoff", max_backoff)):
-            if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
-                raise ConfigError(f"{name} must be a number of seconds > 0, got {value!r}")
+            if (
+                not isinstance(value, int | float)
+                or isinstance(value, bool)
+                or not 0 < value <= _LONGEST_WAIT_S
+            ):
+                raise ConfigError(
+                    f"{name} must be a number of seconds from 0 (excluded) to "
+                    f"{_LONGEST_WAIT_S:g}, got {value!r}"
+                )
         if reconnect_timeout is None and not isinstance(redis, AsyncConnection):
             reconnect_timeout = DEFAULT_RECONNECT_S
         if reconnect_timeout is not None:
@@ -192,11 +211,22 @@ class AsyncRelay:
                 f"retry of a batch), got {retention_ms / 1000:g} s"
             )
         self._receipts = Receipts(retention_ms / 1000, DEFAULT_SETTLE_S)
+        if durability is not None and not isinstance(durability, Durability):
+            raise ConfigError(f"durability must be a Durability, not {durability!r}")
+        self._durability = durability
+        self._formats: dict[str, QueueFormat] = {}
+        for queue_name, fmt in (queues or {}).items():
+            if not isinstance(fmt, QueueFormat):
+                raise ConfigError(f"queues[{queue_name!r}] must be a QueueFormat, not {fmt!r}")
+            fmt.options()  # checked now, as the queue would
+            self._formats[queue_name] = fmt
+        sizes = [f.max_payload_bytes for f in self._formats.values()]
+        self._max_row_bytes = max([_DEFAULT_FORMAT.max_payload_bytes, *sizes])
         self._psycopg = require_psycopg()
         self._dsn = dsn
         self._redis = redis
         self._schema = Schema(table, schema)
-        self._claim_batch = self._schema.claim_batch(batch_size)
+        self._claim_batch = self._schema.claim_batch(batch_size, self._max_row_bytes)
         self._bury = for_psycopg(self._schema.bury)
         self._batch = batch_size
         self._sweep_s = float(sweep_interval)
@@ -209,6 +239,7 @@ class AsyncRelay:
             self._conn, self._owns_conn = shared_or_new(redis, reconnect_timeout=reconnect_timeout)
         self._queues: dict[tuple[str, str], AsyncDelayQueue] = {}
         self._known_queues: set[tuple[str, str]] = set()
+        self._missed: list[int] = []  # the batch in hand's rows that found no task
         self._stop_event: asyncio.Event | None = None
         self._outage = Outage(_FIRST_BACKOFF_S, float(max_backoff))
         self._stopping = False
@@ -347,10 +378,10 @@ class AsyncRelay:
                     pass  # past BEGIN's and DECLARE's results to FETCH's rows
                 names = [c.name for c in cur.description]
                 rows = [dict(zip(names, r, strict=True)) for r in await cur.fetchall()]
-                done, dead = await self._apply(rows) if rows else ([], [])
+                done, dead, missed = await self._apply(rows) if rows else ([], [], [])
                 for seq, error in dead:
                     await conn.execute(self._bury, {"seq": seq, "error": error[:4000]})
-                await conn.execute(self._schema.finish_claim(done))
+                await conn.execute(self._schema.finish_claim(done, missed))
             except BaseException:
                 self._receipts.forget()
                 await self._rollback(conn)
@@ -381,15 +412,20 @@ class AsyncRelay:
 
     async def _apply(
         self, rows: Sequence[Mapping[str, Any]]
-    ) -> tuple[list[int], list[tuple[int, str]]]:
-        """Apply claimed rows in ``seq`` order per queue; the seqs to delete and the rows that
-        cannot be applied, with why. A Redis outage (or a durability shortfall) raises: the
-        caller rolls back, and the rows applied meanwhile are refused by their receipts when
-        they are claimed again."""
+    ) -> tuple[list[int], list[tuple[int, str]], list[int]]:
+        """Apply claimed rows in ``seq`` order per queue; the seqs to delete, the rows that
+        cannot be applied, with why, and the cancels and reschedules that found no task. A
+        Redis outage (or a durability shortfall) raises: the caller rolls back, and the rows
+        applied meanwhile are refused by their receipts when they are claimed again."""
         done: list[int] = []
         dead: list[tuple[int, str]] = []
+        self._missed = []
         per_queue: dict[tuple[str, str], list[Claimed]] = {}
         for row in rows:
+            too_large = self._too_large(row)
+            if too_large is not None:
+                dead.append((int(row["seq"]), too_large))
+                continue
             try:
                 item = check_row(row, self._known_queues)
             except (InvalidTaskError, ConfigError) as exc:
@@ -404,13 +440,13 @@ class AsyncRelay:
                 raise
             except Exception as exc:  # this queue alone cannot be served: its rows go dead
                 reason = f"{type(exc).__name__}: {exc}"
-                settled = set(applied) | {seq for seq, _ in dead}
+                settled = set(applied) | {seq for seq, _ in dead} | set(self._missed)
                 dead += [(item.seq, reason) for item in items if item.seq not in settled]
             done += applied
         self.stats.dead += len(dead)
         for seq, error in dead:
             log.error("outbox relay: row %d is dead: %s", seq, truncated(error))
-        return done, dead
+        return done, dead, self._missed
 
     async def _apply_queue(
         self,
@@ -438,9 +474,21 @@ class AsyncRelay:
                 self._conn, self._owns_conn = shared_or_new(
                     self._redis, reconnect_timeout=self._reconnect_timeout, client_name=APP_NAME
                 )
-            queue = self._conn.queue(name, prefix=prefix)
+            fmt = self._formats.get(name)
+            durability = fmt.durability if fmt and fmt.durability else self._durability
+            queue = self._conn.queue(name, prefix=prefix, durability=durability)
             self._queues[(prefix, name)] = queue
         return queue
+
+    def _too_large(self, row: Mapping[str, Any]) -> str | None:
+        """Why an offer row is over its queue's ``max_payload_bytes``, if it is (checked
+        before the row is parsed: the claim did not even read an envelope over the largest)."""
+        fmt = self._formats.get(row["queue"]) if isinstance(row["queue"], str) else None
+        limit = fmt.max_payload_bytes if fmt else _DEFAULT_FORMAT.max_payload_bytes
+        size = row.get("envelope_bytes") or 0
+        if row["op"] != "offer" or size <= limit:
+            return None
+        return f"InvalidTaskError: the task is {size} bytes, over max_payload_bytes ({limit})"
 
     async def _offer_run(
         self,
@@ -488,18 +536,20 @@ class AsyncRelay:
         except InvalidTaskError as exc:
             dead.append((item.seq, f"{type(exc).__name__}: {exc}"))
             return
-        done.append(item.seq)
-        if outcome is Outcome.DUPLICATE:
-            self.stats.duplicates += 1
-        elif outcome is Outcome.MISSING:
-            # Never reported as applied: counted apart, and logged (the task had already
-            # been delivered, cancelled, or never existed).
+        if outcome is Outcome.MISSING and not item.dropped:
+            # Never reported as applied: the row stays as 'missed' (outbox status shows it),
+            # counted apart and logged (the task was delivered, cancelled or never existed).
+            self._missed.append(item.seq)
             self.stats.missing += 1
             log.info(
                 "outbox relay: %s of task %s in %s found no waiting task",
                 item.op, item.task_id, printable(queue.name),
             )  # fmt: skip
-        elif item.op == "cancel":
+            return
+        done.append(item.seq)
+        if outcome is Outcome.DUPLICATE:
+            self.stats.duplicates += 1
+        elif item.op == "cancel":  # a dropped offer counts: it never reached Redis
             self.stats.cancelled += 1
         else:
             self.stats.rescheduled += 1

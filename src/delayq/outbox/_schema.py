@@ -100,13 +100,26 @@ class Schema:
                 options text NOT NULL DEFAULT '',
                 dedup text NOT NULL DEFAULT 'keep',
                 created timestamptz NOT NULL DEFAULT clock_timestamp(),
-                status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'dead')),
+                status text NOT NULL DEFAULT 'pending'
+                    CHECK (status IN ('pending', 'dead', 'missed')),
                 error text,
                 apply_id uuid NOT NULL DEFAULT gen_random_uuid()
             )""",
             # A table installed before apply ids: add them (each existing row gets its own).
             f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS apply_id uuid NOT NULL "
             "DEFAULT gen_random_uuid()",
+            # 'missed': a cancel or reschedule that found no waiting task, kept to be seen.
+            # A table installed before it has the older check (under a name PostgreSQL chose).
+            f"""DO $$ DECLARE c text; BEGIN
+                FOR c IN SELECT conname FROM pg_constraint
+                    WHERE conrelid = CAST('{t}' AS regclass) AND contype = 'c'
+                    AND position('status' in pg_get_constraintdef(oid)) > 0
+                    AND position('missed' in pg_get_constraintdef(oid)) = 0 LOOP
+                    EXECUTE 'ALTER TABLE {t} DROP CONSTRAINT ' || quote_ident(c);
+                    EXECUTE 'ALTER TABLE {t} ADD CHECK '
+                        || '(status IN (''pending'', ''dead'', ''missed''))';
+                END LOOP;
+            END $$""",
             # The relay's claim walks pending rows in seq order, and looks up earlier rows of
             # the same task: both indexes hold pending rows only, so they stay small.
             f'CREATE INDEX IF NOT EXISTS "{self.table}_pending" ON {t} (seq) '
@@ -137,18 +150,20 @@ class Schema:
     def cancel(self) -> str:
         """A cancel row; first drops the task's rows no relay holds right now (an offer not
         relayed yet never reaches Redis). The cancel row is written anyway: a dropped row may
-        have been offered by a relay that died before its commit."""
+        have been offered by a relay that died before its commit. Its ``options`` say
+        ``dropped`` if it dropped rows: then finding no task in Redis is what is expected,
+        not a missed cancel."""
         t = self.qualified
         return (
             f"WITH dropped AS (DELETE FROM {t} WHERE seq IN ("
             f"SELECT seq FROM {t} WHERE queue = :queue AND task_id = :task_id "
-            "AND prefix = :prefix AND status = 'pending' FOR UPDATE SKIP LOCKED)) "
-            f"INSERT INTO {t} (prefix, queue, task_id, op) "
-            "VALUES (:prefix, :queue, :task_id, 'cancel')"
+            "AND prefix = :prefix AND status = 'pending' FOR UPDATE SKIP LOCKED) RETURNING seq) "
+            f"INSERT INTO {t} (prefix, queue, task_id, op, options) "
+            "SELECT :prefix, :queue, :task_id, 'cancel', "
+            "CASE WHEN EXISTS (SELECT 1 FROM dropped) THEN 'dropped' ELSE '' END"
         )
 
-    @property
-    def claim(self) -> str:
+    def claim(self, max_row_bytes: int = 1 << 20) -> str:
         """The pending rows no other relay holds, in ``seq`` order, each the earliest pending
         row of its task (so a task's rows are applied in order, whichever relays run), locked
         until the claiming transaction ends. ``due_ms`` of a relative row comes back as what
@@ -166,7 +181,11 @@ class Schema:
             "CASE WHEN o.due_kind = 'd' AND o.due_ms >= 0 THEN GREATEST(0, o.due_ms - CAST(floor("
             "extract(epoch FROM clock_timestamp() - o.created) * 1000) AS bigint)) "
             "ELSE o.due_ms END AS due_ms, "
-            "o.envelope, o.options, o.dedup, CAST(o.apply_id AS text) AS apply_id, "
+            # A row over the relay's largest max_payload_bytes is not even read (it goes dead
+            # by its size): a batch holds at most batch x that many bytes of envelopes.
+            f"CASE WHEN octet_length(o.envelope) <= {int(max_row_bytes)} THEN o.envelope END "
+            "AS envelope, octet_length(o.envelope) AS envelope_bytes, "
+            "o.options, o.dedup, CAST(o.apply_id AS text) AS apply_id, "
             "CAST(extract(epoch FROM clock_timestamp() - o.created) AS float8) AS age_s "
             f"FROM {t} o WHERE o.status = 'pending' AND o.seq = ("
             f"SELECT p.seq FROM {t} p WHERE p.queue = o.queue AND p.task_id = o.task_id "
@@ -174,20 +193,28 @@ class Schema:
             "ORDER BY o.seq FOR UPDATE OF o SKIP LOCKED"
         )
 
-    def claim_batch(self, batch: int) -> str:
-        """BEGIN, then :attr:`claim` as a cursor and its first ``batch`` rows: one round trip
-        (simple query protocol, no parameters; ``batch`` is an int)."""
+    def claim_batch(self, batch: int, max_row_bytes: int = 1 << 20) -> str:
+        """BEGIN, then :meth:`claim` as a cursor and its first ``batch`` rows: one round trip
+        (simple query protocol, no parameters; ``batch`` and ``max_row_bytes`` are ints)."""
         return (
-            f"BEGIN; DECLARE delayq_claim NO SCROLL CURSOR FOR {self.claim}; "
+            f"BEGIN; DECLARE delayq_claim NO SCROLL CURSOR FOR {self.claim(max_row_bytes)}; "
             f"FETCH FORWARD {int(batch)} FROM delayq_claim"
         )
 
-    def finish_claim(self, seqs: Sequence[int]) -> str:
-        """Delete the relayed rows and commit, in one round trip (``seqs`` are ints)."""
-        if not seqs:
-            return "COMMIT"
-        listed = ", ".join(str(int(seq)) for seq in seqs)
-        return f"DELETE FROM {self.qualified} WHERE seq IN ({listed}); COMMIT"
+    def finish_claim(self, seqs: Sequence[int], missed: Sequence[int] = ()) -> str:
+        """Delete the relayed rows, keep the ``missed`` ones (a cancel or reschedule that
+        found no waiting task) as such, and commit, in one round trip (``seqs`` are ints)."""
+        statements = []
+        if seqs:
+            listed = ", ".join(str(int(seq)) for seq in seqs)
+            statements.append(f"DELETE FROM {self.qualified} WHERE seq IN ({listed})")
+        if missed:
+            listed = ", ".join(str(int(seq)) for seq in missed)
+            statements.append(
+                f"UPDATE {self.qualified} SET status = 'missed', error = 'found no waiting "
+                f"task' WHERE seq IN ({listed})"
+            )
+        return "; ".join([*statements, "COMMIT"])
 
     @property
     def bury(self) -> str:
@@ -207,6 +234,16 @@ class Schema:
         return (
             "SELECT seq, prefix, queue, task_id, op, created, error "
             f"FROM {self.qualified} WHERE status = 'dead' ORDER BY seq LIMIT :limit"
+        )
+
+    @property
+    def purge(self) -> str:
+        """Delete the rows of one status ('dead' or 'missed'), oldest first, a bounded batch
+        at a time (each statement stays short on a large table)."""
+        t = self.qualified
+        return (
+            f"DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE status = :status "
+            "ORDER BY seq LIMIT :limit)"
         )
 
     @property
