@@ -131,6 +131,33 @@ def requeue(
     say_line(f"{run_db(outbox.requeue_dead)} dead rows are pending again")
 
 
+@outbox_app.command("purge-dead")
+def purge_dead(
+    dsn: DsnOpt = "",
+    table: TableOpt = "delayq_outbox",
+    schema: SchemaOpt = None,
+    missed: Annotated[
+        bool,
+        typer.Option(
+            "--missed", help="Delete the cancels and reschedules that found no task instead."
+        ),
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Do it (without: only count).")] = False,
+) -> None:
+    """Delete the dead rows for good (after reading them with `delayq outbox dead`).
+
+    Example: delayq outbox purge-dead --dsn postgresql://app@db/shop --yes
+    """
+    outbox = open_outbox(dsn, table, schema)
+    require_installed(outbox)
+    what = "missed" if missed else "dead"
+    if not yes:
+        st = run_db(outbox.status)
+        say_line(f"{st.missed if missed else st.dead} {what} rows would go; add --yes to delete")
+        return
+    say_line(f"{run_db(lambda: outbox.purge_dead(missed=missed))} {what} rows deleted")
+
+
 @app.command("relay")
 def relay(
     dsn: DsnOpt = "",
@@ -173,6 +200,16 @@ def relay(
     log_level: Annotated[
         str, typer.Option(metavar="LEVEL", help="DEBUG, INFO, WARNING, ERROR.")
     ] = "INFO",
+    prefix: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--prefix", metavar="PREFIX", help="Serve only the rows of this key prefix (repeat)."
+        ),
+    ] = None,
+    queue: Annotated[
+        list[str] | None,
+        typer.Option("--queue", metavar="NAME", help="Serve only the rows of this queue (repeat)."),
+    ] = None,
 ) -> None:
     """Move committed outbox rows into their delayq queues, until SIGTERM or Ctrl-C.
 
@@ -195,6 +232,8 @@ def relay(
         batch_size=batch_size,
         sweep_interval=sweep_interval,
         name=name,
+        prefixes=prefix or (),
+        only_queues=queue or (),
     )
     if once:
         count = run_db(lambda: asyncio.run(_relay_once(relayer)))

@@ -155,6 +155,8 @@ class AsyncRelay:
         queues: per-queue :class:`QueueFormat` (by queue name), as given to the ``Outbox``:
             the relay uses their ``max_payload_bytes`` (a larger row goes dead) and
             ``durability``.
+        prefixes, only_queues: serve only the rows of these key prefixes and queue names
+            (default: every row), e.g. one relay per team's prefix.
         receipt_retention: how long Redis refuses a row applied by a batch that has not
             committed (its DELETE failed, its relay died): a row claimed again within it
             changes nothing. Seconds or a timedelta; default 24 hours. Once the batch
@@ -176,6 +178,8 @@ class AsyncRelay:
         receipt_retention: Duration = DEFAULT_RETENTION_S,
         durability: Durability | None = None,
         queues: Mapping[str, QueueFormat] | None = None,
+        prefixes: Sequence[str] = (),
+        only_queues: Sequence[str] = (),
     ) -> None:
         if not isinstance(name, str) or not name.isprintable() or not 0 < len(name) < 64:
             raise ConfigError(f"name must be 1-63 printable characters, got {name!r}")
@@ -226,7 +230,11 @@ class AsyncRelay:
         self._dsn = dsn
         self._redis = redis
         self._schema = Schema(table, schema)
-        self._claim_batch = self._schema.claim_batch(batch_size, self._max_row_bytes)
+        if isinstance(prefixes, str) or isinstance(only_queues, str):
+            raise ConfigError("prefixes and only_queues are lists of names, not one string")
+        self._claim_batch = self._schema.claim_batch(
+            batch_size, self._max_row_bytes, list(prefixes), list(only_queues)
+        )
         self._bury = for_psycopg(self._schema.bury)
         self._batch = batch_size
         self._sweep_s = float(sweep_interval)

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from .._core.keys import check_prefix, validate_name
 from ..exceptions import ConfigError
 
 _IDENT: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,50}")
@@ -34,6 +35,19 @@ _PARAM: Final = re.compile(r"(?<![:\w]):([a-z_]\w*)")
 # Rows a relay claims per transaction by default: one offer script call per queue per batch.
 DEFAULT_BATCH: Final = 500
 OPS: Final = ("offer", "cancel", "reschedule")
+_LONGEST_CHANNEL: Final = 63  # PostgreSQL's NAMEDATALEN - 1: a longer channel name fails
+
+
+def _scope(prefixes: Sequence[str], queues: Sequence[str]) -> str:
+    """The claim's filter for a relay scoped to some prefixes and queues. Names are
+    literals here: each was checked against the key-name rules (no quote can pass)."""
+    parts = []
+    for column, names, check in (("prefix", prefixes, check_prefix), ("queue", queues, None)):
+        if names:
+            checked = [check(n) if check else validate_name(n) for n in names]
+            listed = ", ".join(f"'{n}'" for n in checked)
+            parts.append(f"AND o.{column} IN ({listed}) ")
+    return "".join(parts)
 
 
 def for_psycopg(sql: str) -> str:
@@ -61,6 +75,16 @@ class Schema:
         _ident(self.table, "table")
         if self.schema is not None:
             _ident(self.schema, "schema")
+            if self.schema.lower() == "information_schema" or self.schema.lower().startswith("pg_"):
+                raise ConfigError(
+                    f"schema {self.schema!r} is PostgreSQL's own: choose a schema of yours"
+                )
+        if len(self.channel) > _LONGEST_CHANNEL:
+            raise ConfigError(
+                f"schema and table name the NOTIFY channel {self.channel!r}, "
+                f"{len(self.channel)} characters: PostgreSQL allows {_LONGEST_CHANNEL} "
+                "(shorten either)"
+            )
 
     @property
     def qualified(self) -> str:
@@ -163,7 +187,12 @@ class Schema:
             "CASE WHEN EXISTS (SELECT 1 FROM dropped) THEN 'dropped' ELSE '' END"
         )
 
-    def claim(self, max_row_bytes: int = 1 << 20) -> str:
+    def claim(
+        self,
+        max_row_bytes: int = 1 << 20,
+        prefixes: Sequence[str] = (),
+        queues: Sequence[str] = (),
+    ) -> str:
         """The pending rows no other relay holds, in ``seq`` order, each the earliest pending
         row of its task (so a task's rows are applied in order, whichever relays run), locked
         until the claiming transaction ends. ``due_ms`` of a relative row comes back as what
@@ -187,17 +216,25 @@ class Schema:
             "AS envelope, octet_length(o.envelope) AS envelope_bytes, "
             "o.options, o.dedup, CAST(o.apply_id AS text) AS apply_id, "
             "CAST(extract(epoch FROM clock_timestamp() - o.created) AS float8) AS age_s "
-            f"FROM {t} o WHERE o.status = 'pending' AND o.seq = ("
+            f"FROM {t} o WHERE o.status = 'pending' {_scope(prefixes, queues)}AND o.seq = ("
             f"SELECT p.seq FROM {t} p WHERE p.queue = o.queue AND p.task_id = o.task_id "
             "AND p.status = 'pending' AND p.prefix = o.prefix ORDER BY p.seq LIMIT 1) "
             "ORDER BY o.seq FOR UPDATE OF o SKIP LOCKED"
         )
 
-    def claim_batch(self, batch: int, max_row_bytes: int = 1 << 20) -> str:
+    def claim_batch(
+        self,
+        batch: int,
+        max_row_bytes: int = 1 << 20,
+        prefixes: Sequence[str] = (),
+        queues: Sequence[str] = (),
+    ) -> str:
         """BEGIN, then :meth:`claim` as a cursor and its first ``batch`` rows: one round trip
-        (simple query protocol, no parameters; ``batch`` and ``max_row_bytes`` are ints)."""
+        (simple query protocol, no parameters: ``batch`` and ``max_row_bytes`` are ints, the
+        scope's names were checked by :func:`_scope`)."""
+        claim = self.claim(max_row_bytes, prefixes, queues)
         return (
-            f"BEGIN; DECLARE delayq_claim NO SCROLL CURSOR FOR {self.claim(max_row_bytes)}; "
+            f"BEGIN; DECLARE delayq_claim NO SCROLL CURSOR FOR {claim}; "
             f"FETCH FORWARD {int(batch)} FROM delayq_claim"
         )
 
@@ -238,8 +275,8 @@ class Schema:
 
     @property
     def purge(self) -> str:
-        """Delete the rows of one status ('dead' or 'missed'), oldest first, a bounded batch
-        at a time (each statement stays short on a large table)."""
+        """Delete rows of one status ('dead' or 'missed'), oldest first, a bounded batch at a
+        time (each statement stays short on a large table)."""
         t = self.qualified
         return (
             f"DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE status = :status "

@@ -1,0 +1,97 @@
+"""The outbox from an operator's shell (issue #23): relays scoped by --prefix/--queue, dead
+and missed rows purged, names from the table shown escaped, and the install traps refused
+with a clear error."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from delayq import DelayQueue
+from delayq.embedded import EmbeddedRedis
+from delayq.exceptions import ConfigError
+from delayq.outbox import Outbox
+from tests.integration.test_outbox_cli import delayq
+from tests.outbox_support import live_ids, offer_committed, pending, rows
+
+pytest_plugins = ["tests.outbox_support"]
+
+
+@pytest.fixture
+def redis_server(redis7_server: EmbeddedRedis) -> EmbeddedRedis:
+    return redis7_server
+
+
+def test_a_relay_scoped_to_a_prefix_and_queue_leaves_the_other_rows(
+    pg_dsn: str, table: str, prefix: str, orders: DelayQueue, redis_url: str
+) -> None:
+    mine = Outbox(pg_dsn, table=table, prefix=prefix)
+    mine.install()
+    theirs = Outbox(pg_dsn, table=table, prefix=f"{prefix}x")
+    ids = offer_committed(mine, pg_dsn, 2)
+    offer_committed(theirs, pg_dsn, 3)  # another team's rows, same table
+    with psycopg.connect(pg_dsn) as conn, conn.transaction():
+        other_queue = mine.offer(conn, "invoices", {"n": 1}, 60)
+    relayed = delayq(
+        "relay", "--once", "--dsn", pg_dsn, "--table", table, "--redis", redis_url,
+        "--prefix", prefix, "--queue", "orders",
+    )  # fmt: skip
+    assert relayed.returncode == 0, relayed.stderr
+    assert relayed.stdout.strip() == "relayed 2 rows"
+    assert live_ids(orders, redis_url) == set(ids)
+    assert pending(pg_dsn, table) == 4
+    assert other_queue in {r[2] for r in rows(pg_dsn, table)}
+    bad = delayq(
+        "relay", "--once", "--dsn", pg_dsn, "--table", table, "--redis", redis_url,
+        "--prefix", "x'; DROP TABLE t; --",
+    )  # fmt: skip
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert "invalid key prefix" in bad.stderr
+
+
+def test_purge_dead_and_missed_rows(
+    outbox: Outbox, orders: DelayQueue, pg_dsn: str, table: str, redis_url: str
+) -> None:
+    ids = offer_committed(outbox, pg_dsn, 3)
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(f"UPDATE \"{table}\" SET options = 'garbage' WHERE task_id = %s", (ids[0],))
+        with conn.transaction():
+            outbox.reschedule(conn, "orders", "gone-already", 5)
+    args = ("--dsn", pg_dsn, "--table", table)
+    assert delayq("relay", "--once", *args, "--redis", redis_url).returncode == 0
+    assert outbox.status().dead == 1 and outbox.status().missed == 1
+    dry = delayq("outbox", "purge-dead", *args)
+    assert dry.returncode == 0 and "1 dead rows would go; add --yes" in dry.stdout
+    assert outbox.status().dead == 1
+    done = delayq("outbox", "purge-dead", *args, "--yes")
+    assert done.returncode == 0 and "1 dead rows deleted" in done.stdout
+    missed = delayq("outbox", "purge-dead", *args, "--missed", "--yes")
+    assert "1 missed rows deleted" in missed.stdout
+    status = outbox.status()
+    assert (status.dead, status.missed, status.pending) == (0, 0, 0)
+
+
+def test_status_shows_names_from_the_table_escaped(outbox: Outbox, pg_dsn: str, table: str) -> None:
+    offer_committed(outbox, pg_dsn, 1)
+    with psycopg.connect(pg_dsn) as conn:  # a forged row: a name with terminal escapes
+        conn.execute(f"UPDATE \"{table}\" SET queue = E'q\\x1b[2J\\nforged line'")
+    shown = delayq("outbox", "status", "--dsn", pg_dsn, "--table", table)
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "\\x1b" in shown.stdout
+    assert not any(line.startswith("forged") for line in shown.stdout.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("table", "schema", "says"),
+    [
+        ("t" * 51, "s" * 51, "NOTIFY channel"),
+        ("delayq_outbox", "information_schema", "PostgreSQL's own"),
+        ("delayq_outbox", "pg_catalog", "PostgreSQL's own"),
+    ],
+)
+def test_install_traps_are_refused(pg_dsn: str, table: str, schema: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        Outbox(pg_dsn, table=table, schema=schema)
+    refused = delayq("outbox", "install", "--dsn", pg_dsn, "--table", table, "--schema", schema)
+    assert refused.returncode != 0 and says in refused.stderr
+    assert "Traceback" not in refused.stderr
