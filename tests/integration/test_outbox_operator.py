@@ -4,6 +4,9 @@ with a clear error."""
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import psycopg
 import pytest
 
@@ -95,3 +98,34 @@ def test_install_traps_are_refused(pg_dsn: str, table: str, schema: str, says: s
     refused = delayq("outbox", "install", "--dsn", pg_dsn, "--table", table, "--schema", schema)
     assert refused.returncode != 0 and says in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_a_dsn_or_url_that_does_not_parse_shows_no_part_of_its_password(
+    pg_dsn: str, table: str
+) -> None:
+    bad_dsn = delayq("relay", "--once", "--dsn", "postgresql://app:p%zzS3cret@127.0.0.1/db")
+    assert bad_dsn.returncode != 0 and "Traceback" not in bad_dsn.stderr
+    assert "zzS3cret" not in bad_dsn.stderr and "invalid PostgreSQL DSN" in bad_dsn.stderr
+    bad_url = delayq(
+        "relay", "--once", "--dsn", pg_dsn, "--table", table, "--redis", "redis://:S3cret/R@h/0"
+    )
+    assert bad_url.returncode != 0 and "S3cret" not in bad_url.stderr + bad_url.stdout
+
+
+def test_the_dsn_and_the_redis_url_from_an_environment_variable_or_a_file(
+    outbox: Outbox, orders: DelayQueue, pg_dsn: str, table: str, redis_url: str, tmp_path: Any
+) -> None:
+    ids = offer_committed(outbox, pg_dsn, 1)
+    secret_file = tmp_path / "dsn"
+    secret_file.write_text(pg_dsn + "\n")
+    env = {**os.environ, "APP_REDIS": redis_url}
+    relayed = delayq(
+        "relay", "--once", "--dsn", f"file:{secret_file}", "--table", table,
+        "--redis", "env:APP_REDIS", env=env,
+    )  # fmt: skip
+    assert relayed.returncode == 0, relayed.stderr
+    assert live_ids(orders, redis_url) == set(ids)
+    unset = delayq("outbox", "status", "--dsn", "env:NO_SUCH_VARIABLE_HERE")
+    assert unset.returncode != 0 and "environment variable is not set" in unset.stderr
+    missing = delayq("outbox", "status", "--dsn", f"file:{tmp_path / 'nope'}")
+    assert missing.returncode != 0 and "No such file" in missing.stderr

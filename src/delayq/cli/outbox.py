@@ -15,7 +15,15 @@ import typer
 from .._core.text import printable
 from .._core.urls import safe_url
 from .common import CliError
-from .outboxdb import open_outbox, require_installed, run_db, say_line, status_json, status_lines
+from .outboxdb import (
+    from_source,
+    open_outbox,
+    require_installed,
+    run_db,
+    say_line,
+    status_json,
+    status_lines,
+)
 
 DsnOpt = Annotated[
     str,
@@ -23,7 +31,8 @@ DsnOpt = Annotated[
         "--dsn",
         envvar="DATABASE_URL",
         metavar="DSN",
-        help="PostgreSQL connection string; default $DATABASE_URL.",
+        help="PostgreSQL connection string, or env:NAME / file:PATH to read it from there "
+        "(kept out of `ps`); default $DATABASE_URL.",
         show_envvar=False,
     ),
 ]
@@ -167,7 +176,7 @@ def relay(
             "--redis",
             envvar="REDIS_URL",
             metavar="URL",
-            help="Redis URL; default $REDIS_URL.",
+            help="Redis URL, or env:NAME / file:PATH to read it from there; default $REDIS_URL.",
             show_envvar=False,
         ),
     ] = "redis://127.0.0.1:6379/0",
@@ -224,8 +233,9 @@ def relay(
         raise CliError(f"--log-level: unknown level {log_level!r}", code=2)
     outbox = open_outbox(dsn, table, schema)  # validates the DSN and names before connecting
     require_installed(outbox)
+    redis = from_source(redis, "--redis")
     relayer = AsyncRelay(
-        dsn,
+        from_source(dsn, "--dsn"),
         redis,
         table=outbox.table,
         schema=outbox.schema,

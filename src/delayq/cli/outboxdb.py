@@ -6,6 +6,7 @@ command module imports the other."""
 from __future__ import annotations
 
 import json as jsonlib
+import os
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -25,9 +26,30 @@ def say_line(line: str) -> None:
     sys.stdout.flush()
 
 
+def from_source(value: str, option: str) -> str:
+    """``--dsn``/``--redis`` given as ``env:NAME`` (read from that environment variable) or
+    ``file:PATH`` (the file's first line): the secret then never shows in ``ps``."""
+    if value.startswith("env:"):
+        found = os.environ.get(value[4:])
+        if not found:
+            raise CliError(f"{option} {value}: the environment variable is not set", code=2)
+        return found
+    if value.startswith("file:"):
+        try:
+            with open(value[5:], encoding="utf-8") as fh:
+                first = fh.readline().strip()
+        except OSError as exc:
+            raise CliError(f"{option} {value}: {exc.strerror}", code=2) from None
+        if not first:
+            raise CliError(f"{option} {value}: the file is empty", code=2)
+        return first
+    return value
+
+
 def open_outbox(dsn: str, table: str, schema: str | None) -> Outbox:
     if not dsn:
         raise CliError("give the database with --dsn or $DATABASE_URL", code=2)
+    dsn = from_source(dsn, "--dsn")
     try:
         # Imported here: only the outbox commands load delayq.outbox, and without psycopg
         # (the postgres extra) only they fail, with the line below.

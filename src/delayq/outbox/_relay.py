@@ -29,7 +29,7 @@ from .._core.durability import Durability
 from .._core.models import DedupMode
 from .._core.text import printable
 from .._core.timing import Duration, duration_ms
-from .._core.urls import mask_secrets
+from .._core.urls import without_secrets_of
 from ..exceptions import (
     ConfigError,
     DelayqError,
@@ -46,7 +46,7 @@ from ._apply import (
     Outcome,
     Receipts,
 )
-from ._conn import require_psycopg
+from ._conn import check_dsn, require_psycopg
 from ._rows import Claimed, QueueFormat, check_row
 from ._schema import DEFAULT_BATCH, Schema, for_psycopg
 
@@ -186,6 +186,7 @@ class AsyncRelay:
         self.name = name
         if not isinstance(dsn, str) or not dsn:
             raise ConfigError("the relay needs a PostgreSQL DSN (a connection string)")
+        check_dsn(dsn)
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ConfigError(f"batch_size must be an int >= 1, got {batch_size!r}")
         for name, value in (("sweep_interval", sweep_interval), ("max_backoff", max_backoff)):
@@ -273,8 +274,8 @@ class AsyncRelay:
                     await self._serve()
                 except self._psycopg.Error as exc:
                     self.stats.database_errors += 1
-                    # a driver may quote part of the DSN
-                    wait = self._outage.failed("PostgreSQL", mask_secrets(str(exc)))
+                    shown = without_secrets_of(str(exc), self._dsn)  # a driver may quote it
+                    wait = self._outage.failed("PostgreSQL", shown)
                 except Exception as exc:  # a bug must not end the relay: rows wait, it retries
                     self.stats.database_errors += 1
                     wait = self._outage.failed("unexpected error", repr(exc), exc_info=True)
