@@ -13,13 +13,20 @@ import psycopg
 import pytest
 import redis
 
-from delayq import DelayQueue
-from delayq._sync.reshard import reshard
+from delayq import DelayQueue, Offer
+from delayq._sync.reshard import finish_reshard, reshard
 from delayq.embedded import EmbeddedRedis
+from delayq.exceptions import ConfigError
 from delayq.outbox import Outbox, Relay
 from tests.helpers import wait_until
 from tests.integration.test_outbox_exactly_once import fail_deletes
-from tests.outbox_support import offer_committed, rows, wait_drained
+from tests.outbox_support import (
+    offer_committed,
+    relay_process,
+    rows,
+    terminate_backends,
+    wait_drained,
+)
 
 pytest_plugins = ["tests.outbox_support"]
 
@@ -131,3 +138,53 @@ def test_the_backoff_grows_and_an_outage_is_logged_once(
     assert len(warnings) == 2, warnings
     assert "retrying with backoff" in warnings[0]
     assert "recovered after 6 failed attempt(s)" in warnings[1]
+
+
+def test_a_caller_id_reoffered_during_a_reshard_matches_its_task(
+    make_queue: object, redis_url: str, prefix: str
+) -> None:
+    orders: DelayQueue = make_queue("orders")  # type: ignore[operator]
+    first = orders.offer({"n": 1}, 3600, id="order-42")
+    reshard("orders", redis_url, shards=4, prefix=prefix)
+    fresh: DelayQueue = make_queue("orders")  # type: ignore[operator]
+    again = fresh.offer({"n": 1}, 3600, id="order-42")  # a producer's retry
+    assert again == first and again.outcome == "existing"
+    (many,) = fresh.offer_many([Offer({"n": 1}, 3600, id="order-42")])
+    assert many.outcome == "existing"
+    assert fresh.stats().delayed == 1
+
+
+def test_finish_waits_out_the_queues_that_have_not_reread_the_layout(
+    make_queue: object, redis_url: str, prefix: str
+) -> None:
+    orders: DelayQueue = make_queue("orders")  # type: ignore[operator]
+    orders.stats()
+    reshard("orders", redis_url, shards=2, prefix=prefix)
+    with pytest.raises(ConfigError, match=r"began .* ago"):
+        finish_reshard("orders", redis_url, prefix=prefix)
+    assert finish_reshard("orders", redis_url, prefix=prefix, grace=0) == "2"
+
+
+def test_a_row_applied_before_a_reshard_and_claimed_again_after_it_is_refused(
+    outbox: Outbox, make_queue: object, pg_dsn: str, table: str, redis_url: str, prefix: str
+) -> None:
+    """The row's receipt is in the old layout's shard: the re-claim goes there."""
+    orders: DelayQueue = make_queue("orders")  # type: ignore[operator]
+    ids = offer_committed(outbox, pg_dsn, 20, delay=0)
+    with psycopg.connect(pg_dsn) as blocker:  # the relay's DELETE waits: killed there
+        blocker.execute(f'LOCK TABLE "{table}" IN SHARE MODE')
+        with relay_process(pg_dsn, redis_url, table, name="before") as proc:
+            wait_until(lambda: orders.stats().ready == 20)
+            proc.kill()
+            proc.wait(10)
+            terminate_backends(pg_dsn, "before")
+        blocker.rollback()
+    while (task := orders.poll(0.5)) is not None:
+        task.ack()  # delivered and acked
+    reshard("orders", redis_url, shards=4, prefix=prefix)
+    with Relay(pg_dsn, redis_url, table=table) as second:
+        wait_drained(pg_dsn, table)
+    assert second.stats.duplicates == 20 and second.stats.offered == 0
+    fresh: DelayQueue = make_queue("orders")  # type: ignore[operator]
+    assert fresh.stats().delayed + fresh.stats().ready == 0
+    assert all(fresh.get(task_id) is None for task_id in ids)

@@ -577,6 +577,8 @@ class AsyncDelayQueue(Generic[PayloadT]):
         await self._register()
         if offer.key is not None:
             shard = await self._keyed_shard(routes, offer.key, shard)
+        elif offer.id is not None and routes.previous:
+            shard = await self._id_shard(routes, new_id, shard)
         return check_conflicts(await shard.write_offers(mode, [spec], [offer.id is None]))[0]
 
     def _route(
@@ -607,6 +609,15 @@ class AsyncDelayQueue(Generic[PayloadT]):
                 return old
         return shard
 
+    async def _id_shard(self, routes: _Routes, task_id: str, shard: AsyncShard) -> AsyncShard:
+        """The shard for an offer with the caller's own id: its own, unless a reshard is under
+        way and the previous layout's shard for the id holds a task with it (the offer then
+        matches that task instead of creating a second one)."""
+        old = routes.previous[sharding.shard_of(task_id, len(routes.previous))]
+        if old is not shard and await old.holds_task(task_id):
+            return old
+        return shard
+
     async def offer_many(
         self, items: Iterable[Offer | tuple[Any, Duration | None]], *, dedup: str | None = None
     ) -> list[TaskId]:
@@ -635,6 +646,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
                     group[2].append(True)
         else:
             keyed: list[tuple[int, str]] = []
+            own_ids: dict[int, str] = {}  # the caller's ids, during a reshard
             ids = protocol.new_task_ids(len(items))
             for i, item in enumerate(items):  # everything encoded before anything is written
                 if isinstance(item, tuple) and len(item) == 2:
@@ -652,25 +664,11 @@ class AsyncDelayQueue(Generic[PayloadT]):
                 group[2].append(offer.id is None)
                 if offer.key is not None and routes.previous:
                     keyed.append((i, offer.key))
-            if keyed:
-                groups = await self._regroup_keyed(routes, groups, dict(keyed))
+                elif offer.id is not None and routes.previous:
+                    own_ids[i] = new_id
+            if keyed or own_ids:
+                groups = await self._regroup_keyed(routes, groups, dict(keyed), own_ids)
         return check_conflicts(await self._write_groups(mode, groups, len(items)))
-
-    async def _offer_encoded(self, mode: DedupMode, specs: Sequence[OfferSpec]) -> list[TaskId]:
-        """Offer tasks encoded elsewhere (the outbox's rows) under their own ids, never
-        redrawn: each goes to its dedup key's shard, else to its id's."""
-        routes = await self._routes()
-        groups: dict[AsyncShard, tuple[list[int], list[OfferSpec], list[bool]]] = {}
-        for i, spec in enumerate(specs):
-            key = protocol.spec_key(spec)
-            shard = routes.home(spec.id if key is None else key)
-            if key is not None:
-                shard = await self._keyed_shard(routes, key, shard)
-            group = groups.setdefault(shard, ([], [], []))
-            group[0].append(i)
-            group[1].append(spec)
-            group[2].append(False)
-        return await self._write_groups(mode, groups, len(specs))
 
     async def _write_groups(
         self,
@@ -692,14 +690,20 @@ class AsyncDelayQueue(Generic[PayloadT]):
         routes: _Routes,
         groups: dict[AsyncShard, tuple[list[int], list[OfferSpec], list[bool]]],
         keys: dict[int, str],
+        own_ids: dict[int, str] | None = None,
     ) -> dict[AsyncShard, tuple[list[int], list[OfferSpec], list[bool]]]:
-        """During a reshard, move each keyed offer whose key the previous layout still holds
-        to that shard."""
+        """During a reshard, move each keyed offer whose key the previous layout still holds,
+        and each offer of a caller's id whose task lives there, to that shard."""
         regrouped: dict[AsyncShard, tuple[list[int], list[OfferSpec], list[bool]]] = {}
         for shard, (positions, specs, drawn) in groups.items():
             for position, spec, was_drawn in zip(positions, specs, drawn, strict=True):
-                key = keys.get(position)
-                target = shard if key is None else await self._keyed_shard(routes, key, shard)
+                key, own_id = keys.get(position), (own_ids or {}).get(position)
+                if key is not None:
+                    target = await self._keyed_shard(routes, key, shard)
+                elif own_id is not None:  # and its caller's id: where a task with it lives
+                    target = await self._id_shard(routes, own_id, shard)
+                else:
+                    target = shard
                 group = regrouped.setdefault(target, ([], [], []))
                 group[0].append(position)
                 group[1].append(spec)

@@ -574,6 +574,8 @@ class DelayQueue(Generic[PayloadT]):
         self._register()
         if offer.key is not None:
             shard = self._keyed_shard(routes, offer.key, shard)
+        elif offer.id is not None and routes.previous:
+            shard = self._id_shard(routes, new_id, shard)
         return check_conflicts(shard.write_offers(mode, [spec], [offer.id is None]))[0]
 
     def _route(self, routes: _Routes, offer: Offer, drawn: str | None = None) -> tuple[Shard, str]:
@@ -600,6 +602,15 @@ class DelayQueue(Generic[PayloadT]):
             old = routes.previous[sharding.shard_of(key, len(routes.previous))]
             if old.holds_key(key):
                 return old
+        return shard
+
+    def _id_shard(self, routes: _Routes, task_id: str, shard: Shard) -> Shard:
+        """The shard for an offer with the caller's own id: its own, unless a reshard is under
+        way and the previous layout's shard for the id holds a task with it (the offer then
+        matches that task instead of creating a second one)."""
+        old = routes.previous[sharding.shard_of(task_id, len(routes.previous))]
+        if old is not shard and old.holds_task(task_id):
+            return old
         return shard
 
     def offer_many(
@@ -630,6 +641,7 @@ class DelayQueue(Generic[PayloadT]):
                     group[2].append(True)
         else:
             keyed: list[tuple[int, str]] = []
+            own_ids: dict[int, str] = {}  # the caller's ids, during a reshard
             ids = protocol.new_task_ids(len(items))
             for i, item in enumerate(items):  # everything encoded before anything is written
                 if isinstance(item, tuple) and len(item) == 2:
@@ -647,25 +659,11 @@ class DelayQueue(Generic[PayloadT]):
                 group[2].append(offer.id is None)
                 if offer.key is not None and routes.previous:
                     keyed.append((i, offer.key))
-            if keyed:
-                groups = self._regroup_keyed(routes, groups, dict(keyed))
+                elif offer.id is not None and routes.previous:
+                    own_ids[i] = new_id
+            if keyed or own_ids:
+                groups = self._regroup_keyed(routes, groups, dict(keyed), own_ids)
         return check_conflicts(self._write_groups(mode, groups, len(items)))
-
-    def _offer_encoded(self, mode: DedupMode, specs: Sequence[OfferSpec]) -> list[TaskId]:
-        """Offer tasks encoded elsewhere (the outbox's rows) under their own ids, never
-        redrawn: each goes to its dedup key's shard, else to its id's."""
-        routes = self._routes()
-        groups: dict[Shard, tuple[list[int], list[OfferSpec], list[bool]]] = {}
-        for i, spec in enumerate(specs):
-            key = protocol.spec_key(spec)
-            shard = routes.home(spec.id if key is None else key)
-            if key is not None:
-                shard = self._keyed_shard(routes, key, shard)
-            group = groups.setdefault(shard, ([], [], []))
-            group[0].append(i)
-            group[1].append(spec)
-            group[2].append(False)
-        return self._write_groups(mode, groups, len(specs))
 
     def _write_groups(
         self,
@@ -687,14 +685,20 @@ class DelayQueue(Generic[PayloadT]):
         routes: _Routes,
         groups: dict[Shard, tuple[list[int], list[OfferSpec], list[bool]]],
         keys: dict[int, str],
+        own_ids: dict[int, str] | None = None,
     ) -> dict[Shard, tuple[list[int], list[OfferSpec], list[bool]]]:
-        """During a reshard, move each keyed offer whose key the previous layout still holds
-        to that shard."""
+        """During a reshard, move each keyed offer whose key the previous layout still holds,
+        and each offer of a caller's id whose task lives there, to that shard."""
         regrouped: dict[Shard, tuple[list[int], list[OfferSpec], list[bool]]] = {}
         for shard, (positions, specs, drawn) in groups.items():
             for position, spec, was_drawn in zip(positions, specs, drawn, strict=True):
-                key = keys.get(position)
-                target = shard if key is None else self._keyed_shard(routes, key, shard)
+                key, own_id = keys.get(position), (own_ids or {}).get(position)
+                if key is not None:
+                    target = self._keyed_shard(routes, key, shard)
+                elif own_id is not None:  # and its caller's id: where a task with it lives
+                    target = self._id_shard(routes, own_id, shard)
+                else:
+                    target = shard
                 group = regrouped.setdefault(target, ([], [], []))
                 group[0].append(position)
                 group[1].append(spec)

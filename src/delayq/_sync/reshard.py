@@ -13,9 +13,14 @@ from .._core import protocol, sharding
 from .._core.connection import Topology
 from .._core.keys import QueueKeys
 from .._core.scripts import Op
+from .._core.timing import Duration, duration_ms
 from ..exceptions import ConfigError
 from . import runner
 from .queue import announce_layout
+
+# How young a reshard finish_reshard refuses to end: past the default safety_interval (10 s)
+# of every queue object opened before it, with room for a slow one.
+DEFAULT_GRACE_S = 60.0
 
 
 def reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "dq") -> str:
@@ -45,6 +50,10 @@ def reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "dq") ->
             raise ConfigError(f"queue {name!r} already has {count} shards")
         new = sharding.Layout(count, old)
         conn.command("HSET", field, name, new.encode())
+        # When it began, on Redis's clock: finish_reshard waits out the queues that have not
+        # re-read the layout yet.
+        began_ms = _server_ms(conn.command("TIME"))
+        conn.command("HSET", reshards_key(prefix), name, began_ms)
         conn.command("SADD", keys.registry, name)
         _announce(conn, prefix, sharding.layout_names(name, layout)[0])
         return new.encode()
@@ -53,15 +62,35 @@ def reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "dq") ->
             conn.close()
 
 
-def finish_reshard(name: str, redis: Any = None, *, prefix: str = "dq") -> str:
+def finish_reshard(
+    name: str, redis: Any = None, *, prefix: str = "dq", grace: Duration = DEFAULT_GRACE_S
+) -> str:
     """End a reshard of ``name`` once its previous layout holds no task; returns the layout.
-    Raises :class:`ConfigError` while any task is left there (say how many)."""
+    Raises :class:`ConfigError` while any task is left there (say how many), or while the
+    reshard is younger than ``grace`` (seconds or a timedelta, default 60 s): a queue object
+    opened before it writes to the previous layout until it re-reads the layout, within its
+    ``safety_interval`` (10 s by default), and a task written there after the finish would
+    reach no consumer."""
+    try:
+        grace_ms = duration_ms(grace, "grace")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     conn = runner.connect(redis, "delayq-reshard", label=name)
     try:
         field = sharding.shards_key(prefix)
         layout = sharding.recorded_layout(conn.command("HGET", field, name), name)
         if layout is None or layout.previous is None:
             raise ConfigError(f"queue {name!r} is not being resharded")
+        began = conn.command("HGET", reshards_key(prefix), name)
+        if began is not None and grace_ms:
+            age_ms = _server_ms(conn.command("TIME")) - int(began)
+            if age_ms < grace_ms:
+                raise ConfigError(
+                    f"queue {name!r}: the reshard began {age_ms / 1000:.1f} s ago; queues "
+                    f"opened before it may still write to the previous layout until they "
+                    f"re-read it (within their safety_interval): finish in "
+                    f"{(grace_ms - age_ms) / 1000:.1f} s (grace {grace_ms / 1000:g} s)"
+                )
         old = sharding.layout_names(name, layout)[1]
         calls = [(Op.STATS, QueueKeys(prefix, sub).all, [1000]) for sub in old]
         left = 0
@@ -76,11 +105,22 @@ def finish_reshard(name: str, redis: Any = None, *, prefix: str = "dq") -> str:
             )
         done = sharding.Layout(layout.shards)
         conn.command("HSET", field, name, done.encode())
+        conn.command("HDEL", reshards_key(prefix), name)
         _announce(conn, prefix, old)
         return done.encode()
     finally:
         if not runner.shared(redis):  # a runner or a handle passed in stays open
             conn.close()
+
+
+def reshards_key(prefix: str) -> str:
+    """The hash of queue name -> when its reshard began (Redis ms; outside any queue's slot,
+    like the layouts)."""
+    return f"{prefix}:reshards"
+
+
+def _server_ms(time_reply: Any) -> int:
+    return int(time_reply[0]) * 1000 + int(time_reply[1]) // 1000
 
 
 def _announce(conn: runner.Runner, prefix: str, names: list[str]) -> None:

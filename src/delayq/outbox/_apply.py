@@ -19,7 +19,7 @@ from typing import Final
 
 from .._async.queue import AsyncDelayQueue
 from .._async.shard import AsyncShard
-from .._core import protocol
+from .._core import protocol, sharding
 from .._core.models import DedupMode
 from .._core.protocol import OfferSpec
 from .._core.scripts import Op
@@ -81,6 +81,8 @@ class Receipts:
             shard = routes.home(spec.id if key is None else key)
             if key is not None:
                 shard = await queue._keyed_shard(routes, key, shard)
+            if routes.previous:
+                shard = await _previous_if_there(queue, routes.previous, item, key, shard)
             groups.setdefault(shard, []).append(i)
         await queue._register()
         statuses = [0] * len(items)
@@ -145,3 +147,23 @@ class Receipts:
 
 def _applied(shard: AsyncShard) -> str:
     return shard.keys.key(APPLIED_ROLE)
+
+
+async def _previous_if_there(
+    queue: AsyncDelayQueue,
+    previous: Sequence[AsyncShard],
+    item: Claimed,
+    key: str | None,
+    shard: AsyncShard,
+) -> AsyncShard:
+    """During a reshard, the previous layout's shard for the row if it holds the row's
+    task or its receipt (the row was applied there before the reshard began, and claimed
+    again since): the row goes there, where it is found or refused, never created twice."""
+    old = previous[sharding.shard_of(item.task_id if key is None else key, len(previous))]
+    if old is shard:
+        return shard
+    runner = queue._runner
+    held = await runner.command("HEXISTS", old.keys.key("tasks"), item.task_id)
+    if not held:
+        held = await runner.command("ZSCORE", _applied(old), item.apply_id) is not None
+    return old if held else shard
