@@ -63,6 +63,8 @@ def test_purge_dead_and_missed_rows(
     args = ("--dsn", pg_dsn, "--table", table)
     assert delayq("relay", "--once", *args, "--redis", redis_url).returncode == 0
     assert outbox.status().dead == 1 and outbox.status().missed == 1
+    listed = delayq("outbox", "dead", *args, "--missed")
+    assert "gone-already  reschedule" in listed.stdout and "found no waiting task" in listed.stdout
     dry = delayq("outbox", "purge-dead", *args)
     assert dry.returncode == 0 and "1 dead rows would go; add --yes" in dry.stdout
     assert outbox.status().dead == 1
@@ -129,3 +131,20 @@ def test_the_dsn_and_the_redis_url_from_an_environment_variable_or_a_file(
     assert unset.returncode != 0 and "environment variable is not set" in unset.stderr
     missing = delayq("outbox", "status", "--dsn", f"file:{tmp_path / 'nope'}")
     assert missing.returncode != 0 and "No such file" in missing.stderr
+
+
+def test_metrics_series_are_bounded_with_the_rest_summed(outbox: Outbox, pg_dsn: str) -> None:
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from delayq.outbox import OutboxCollector
+
+    with psycopg.connect(pg_dsn) as conn, conn.transaction():
+        for i in range(150):
+            for _ in range(2 if i < 10 else 1):
+                outbox.offer(conn, f"q{i}", {"n": i}, 60)
+    registry = prometheus_client.CollectorRegistry(auto_describe=False)
+    registry.register(OutboxCollector(outbox, max_queues=100))
+    body = prometheus_client.generate_latest(registry).decode()
+    pending = [line for line in body.splitlines() if line.startswith("delayq_outbox_pending{")]
+    assert len(pending) == 101
+    assert 'delayq_outbox_pending{prefix="",queue="_other"} 50.0' in body
+    assert all(f'queue="q{i}"}} 2.0' in body for i in range(10))  # the largest kept

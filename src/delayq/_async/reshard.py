@@ -80,16 +80,6 @@ async def finish_reshard(
         layout = sharding.recorded_layout(await conn.command("HGET", field, name), name)
         if layout is None or layout.previous is None:
             raise ConfigError(f"queue {name!r} is not being resharded")
-        began = await conn.command("HGET", reshards_key(prefix), name)
-        if began is not None and grace_ms:
-            age_ms = _server_ms(await conn.command("TIME")) - int(began)
-            if age_ms < grace_ms:
-                raise ConfigError(
-                    f"queue {name!r}: the reshard began {age_ms / 1000:.1f} s ago; queues "
-                    f"opened before it may still write to the previous layout until they "
-                    f"re-read it (within their safety_interval): finish in "
-                    f"{(grace_ms - age_ms) / 1000:.1f} s (grace {grace_ms / 1000:g} s)"
-                )
         old = sharding.layout_names(name, layout)[1]
         calls = [(Op.STATS, QueueKeys(prefix, sub).all, [1000]) for sub in old]
         left = 0
@@ -102,6 +92,16 @@ async def finish_reshard(
                 f"queue {name!r}: {left} task(s) still in the previous layout "
                 f"({layout.previous} shards); they drain at their due times"
             )
+        began = await conn.command("HGET", reshards_key(prefix), name)
+        if began is not None and grace_ms:
+            age_ms = _server_ms(await conn.command("TIME")) - int(began)
+            if age_ms < grace_ms:
+                raise ConfigError(
+                    f"queue {name!r}: the reshard began {age_ms / 1000:.1f} s ago; queues "
+                    f"opened before it may still write to the previous layout until they "
+                    f"re-read it (within their safety_interval): finish in "
+                    f"{(grace_ms - age_ms) / 1000:.1f} s (grace {grace_ms / 1000:g} s)"
+                )
         done = sharding.Layout(layout.shards)
         await conn.command("HSET", field, name, done.encode())
         await conn.command("HDEL", reshards_key(prefix), name)

@@ -96,13 +96,17 @@ def dead(
     schema: SchemaOpt = None,
     limit: Annotated[int, typer.Option(min=1, max=10000, metavar="N", help="Most rows.")] = 100,
     json: JsonOpt = False,
+    missed: Annotated[
+        bool,
+        typer.Option("--missed", help="The cancels and reschedules that found no task instead."),
+    ] = False,
 ) -> None:
     """Rows no relay could apply, with the error (oldest first).
 
     Example: delayq outbox dead --dsn postgresql://app@db/shop
     """
     outbox = open_outbox(dsn, table, schema)
-    rows = run_db(lambda: outbox.dead(limit))
+    rows = run_db(lambda: outbox.dead(limit, missed=missed))
     for row in rows:
         if json:
             say_line(
@@ -123,7 +127,7 @@ def dead(
                 f"{row.created.isoformat()}  {printable(row.error or '')}"
             )
     if not rows and not json:
-        say_line("no dead rows")
+        say_line(f"no {'missed' if missed else 'dead'} rows")
 
 
 @outbox_app.command("requeue")

@@ -270,7 +270,7 @@ class Schema:
     def dead(self) -> str:
         return (
             "SELECT seq, prefix, queue, task_id, op, created, error "
-            f"FROM {self.qualified} WHERE status = 'dead' ORDER BY seq LIMIT :limit"
+            f"FROM {self.qualified} WHERE status = :status ORDER BY seq LIMIT :limit"
         )
 
     @property

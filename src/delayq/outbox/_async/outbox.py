@@ -122,10 +122,12 @@ class AsyncOutbox:
         async with aadmin(self._database) as conn:
             return status_of(await aexecute(conn, self._schema.status))
 
-    async def dead(self, limit: int = 100) -> list[DeadRow]:
-        """Rows the relay could not apply, oldest first."""
+    async def dead(self, limit: int = 100, *, missed: bool = False) -> list[DeadRow]:
+        """Rows the relay could not apply, oldest first (with ``missed``: the cancels and
+        reschedules that found no waiting task)."""
+        params = {"limit": limit, "status": "missed" if missed else "dead"}
         async with aadmin(self._database) as conn:
-            return dead_rows(await aexecute(conn, self._schema.dead, {"limit": limit}))
+            return dead_rows(await aexecute(conn, self._schema.dead, params))
 
     async def purge_dead(self, *, missed: bool = False) -> int:
         """Delete the dead rows (with ``missed``, the cancels and reschedules that found no
