@@ -19,6 +19,7 @@ from delayq.exceptions import ConfigError
 from delayq.outbox import Outbox, QueueFormat, Relay
 from tests.conftest import BINARIES
 from tests.helpers import wait_until
+from tests.integration.test_outbox_cli import delayq
 from tests.outbox_support import live_ids, offer_committed, pending, rows, wait_drained
 
 pytest_plugins = ["tests.outbox_support"]
@@ -149,3 +150,17 @@ def test_rows_with_out_of_range_options_go_dead(
 def test_relay_settings_that_cannot_work_are_refused(pg_dsn: str, bad: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
         Relay(pg_dsn, "redis://127.0.0.1:1/0", **bad)  # type: ignore[arg-type]
+
+
+def test_readers_show_a_stored_time_out_of_range_instead_of_crashing(
+    orders: DelayQueue, redis_url: str, prefix: str
+) -> None:
+    task_id = orders.offer({"n": 1}, 60, ttl=60)
+    with redis.Redis.from_url(redis_url) as client:  # as a ttl of 400 nines once stored
+        client.zadd(orders.keys.key("expiry"), {task_id: float("9" * 300)})
+    info = orders.get(task_id)
+    assert info is not None and info.expires_at is not None and info.expires_at.year == 9999
+    assert [t.id for t in orders.tasks("delayed")] == [task_id]
+    shown = delayq("get", "orders", task_id, "--redis", redis_url, "--prefix", prefix)
+    assert shown.returncode == 0, shown.stderr
+    assert "Traceback" not in shown.stderr
