@@ -473,3 +473,15 @@ def test_bad_queue_options_are_named(project: dict[str, str]) -> None:
         pytest.raises(ImproperlyConfigured, match=r"\['orders'\]\['OPTIONS'\]: max_attempts"),
     ):
         get_queue("orders")
+
+
+def test_the_reporter_filter_masks_urls_and_dsns_in_settings(project: dict[str, str]) -> None:
+    """Django's own filter keys settings by name: DELAYQ["REDIS_URL"] showed whole."""
+    from delayq.contrib.django.reporting import SafeUrlReporterFilter
+
+    cleanse = SafeUrlReporterFilter().cleanse_setting
+    delayq = cleanse("DELAYQ", {"REDIS_URL": "redis://:s3cret@cache:6379/0", "PREFIX": "dq"})
+    assert delayq == {"REDIS_URL": "redis://:***@cache:6379/0", "PREFIX": "dq"}
+    assert cleanse("OUTBOX_DSN", "host=db password=s3cret") == "host=db password=***"
+    assert cleanse("LOGIN_URL", "/login/") == "/login/"
+    assert cleanse("SECRET_KEY", "k") != "k"  # Django's own rule still applies
