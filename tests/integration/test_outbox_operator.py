@@ -148,3 +148,19 @@ def test_metrics_series_are_bounded_with_the_rest_summed(outbox: Outbox, pg_dsn:
     assert len(pending) == 101
     assert 'delayq_outbox_pending{prefix="",queue="_other"} 50.0' in body
     assert all(f'queue="q{i}"}} 2.0' in body for i in range(10))  # the largest kept
+
+
+def test_relay_command_refuses_a_sweep_interval_that_never_wakes(
+    outbox: Outbox, pg_dsn: str, table: str
+) -> None:
+    refused = delayq("relay", "--dsn", pg_dsn, "--table", table, "--sweep-interval", "inf")
+    assert refused.returncode != 0 and "sweep_interval must be" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+def test_a_dead_rows_log_line_is_truncated() -> None:
+    from delayq.outbox._relay import truncated
+
+    line = truncated("x" * 5_000_000 + "\x1b[2J")
+    assert len(line) < 600 and line.endswith("(5000004 characters)")
+    assert "\x1b" not in truncated("a\x1b[2Jb")

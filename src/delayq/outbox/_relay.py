@@ -74,8 +74,9 @@ _CONFLICT: Final = "the id is held by a task with other content, which is kept u
 
 def truncated(text: str, limit: int = _LOGGED_CHARS) -> str:
     """``text`` made printable and cut to ``limit`` characters, for a log line."""
-    text = printable(text)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+    if len(text) <= limit:
+        return printable(text)
+    return f"{printable(text[:limit])}... ({len(text)} characters)"  # cut first: it may be MBs
 
 
 class Outage:
