@@ -188,3 +188,40 @@ def test_a_row_applied_before_a_reshard_and_claimed_again_after_it_is_refused(
     fresh: DelayQueue = make_queue("orders")  # type: ignore[operator]
     assert fresh.stats().delayed + fresh.stats().ready == 0
     assert all(fresh.get(task_id) is None for task_id in ids)
+
+
+def test_a_producer_opened_before_a_reshard_follows_it_after_the_finish(
+    make_queue: object, redis_url: str, prefix: str
+) -> None:
+    """A finished reshard retires the old layout: its scripts refuse new tasks, and a writer
+    that had not re-read the layout (here: a safety_interval of an hour) moves to the new
+    one at its next offer, instead of stranding tasks no consumer sees."""
+    stale: DelayQueue = make_queue("orders", safety_interval=3600)  # type: ignore[operator]
+    warm = stale.offer({"n": 0}, 60)  # reads the layout: unsharded
+    assert stale.cancel(warm)
+    reshard("orders", redis_url, shards=2, prefix=prefix)
+    finish_reshard("orders", redis_url, prefix=prefix, grace=0)
+    ids = [stale.offer({"n": 1}, 60), stale.offer({"n": 2}, 60, id="own-id", priority=3)]
+    ids += stale.offer_many([({"n": 3}, 60), ({"n": 4}, 60)])
+    fresh: DelayQueue = make_queue("orders")  # type: ignore[operator]
+    assert fresh.shards == 2 or fresh.stats().delayed == 4
+    assert fresh.stats().delayed == 4
+    assert all(fresh.get(task_id) is not None for task_id in ids)
+
+
+def test_the_relay_follows_a_finished_reshard_at_its_next_row(
+    outbox: Outbox, make_queue: object, pg_dsn: str, table: str, redis_url: str, prefix: str,
+    relay: Relay,
+) -> None:  # fmt: skip
+    orders: DelayQueue = make_queue("orders")  # type: ignore[operator]
+    relay.start()
+    (first,) = offer_committed(outbox, pg_dsn, 1)
+    wait_until(lambda: orders.get(first) is not None)  # the relay read the layout
+    assert orders.cancel(first)
+    reshard("orders", redis_url, shards=2, prefix=prefix)
+    finish_reshard("orders", redis_url, prefix=prefix, grace=0)
+    ids = offer_committed(outbox, pg_dsn, 6)
+    wait_drained(pg_dsn, table)
+    fresh: DelayQueue = make_queue("orders")  # type: ignore[operator]
+    assert fresh.stats().delayed == 6 and relay.stats.dead == 0
+    assert all(fresh.get(task_id) is not None for task_id in ids)

@@ -20,6 +20,9 @@ from .queue import announce_layout
 # How young a reshard finish_reshard refuses to end: past the default safety_interval (10 s)
 # of every queue object opened before it, with room for a slow one.
 DEFAULT_GRACE_S = 60.0
+# The counters field that marks a (sub-)queue a finished reshard retired (offer.lua refuses
+# new tasks there).
+RETIRED = "retired"
 
 
 async def reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "dq") -> str:
@@ -53,6 +56,8 @@ async def reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "d
         # re-read the layout yet.
         began_ms = _server_ms(await conn.command("TIME"))
         await conn.command("HSET", reshards_key(prefix), name, began_ms)
+        for sub in sharding.layout_names(name, new)[0]:  # retired by an earlier reshard?
+            await conn.command("HDEL", QueueKeys(prefix, sub).key("counters"), RETIRED)
         await conn.command("SADD", keys.registry, name)
         await _announce(conn, prefix, sharding.layout_names(name, layout)[0])
         return new.encode()
@@ -81,17 +86,7 @@ async def finish_reshard(
         if layout is None or layout.previous is None:
             raise ConfigError(f"queue {name!r} is not being resharded")
         old = sharding.layout_names(name, layout)[1]
-        calls = [(Op.STATS, QueueKeys(prefix, sub).all, [1000]) for sub in old]
-        left = 0
-        for reply in await conn.many(calls):
-            if isinstance(reply, Exception):
-                raise reply
-            left += protocol.parse_stats(reply).total
-        if left:
-            raise ConfigError(
-                f"queue {name!r}: {left} task(s) still in the previous layout "
-                f"({layout.previous} shards); they drain at their due times"
-            )
+        await _refuse_if_left(conn, prefix, name, layout, old)
         began = await conn.command("HGET", reshards_key(prefix), name)
         if began is not None and grace_ms:
             age_ms = _server_ms(await conn.command("TIME")) - int(began)
@@ -102,14 +97,40 @@ async def finish_reshard(
                     f"re-read it (within their safety_interval): finish in "
                     f"{(grace_ms - age_ms) / 1000:.1f} s (grace {grace_ms / 1000:g} s)"
                 )
+        # Retire the old layout first, then look again: an offer that reached it between the
+        # first look and now is counted, and none can reach it after (its scripts refuse new
+        # tasks, LAYOUT_RETIRED, and the writer moves to the current layout).
+        for sub in old:
+            await conn.command("HSET", QueueKeys(prefix, sub).key("counters"), RETIRED, 1)
+        try:
+            await _refuse_if_left(conn, prefix, name, layout, old)
+        except ConfigError:
+            for sub in old:
+                await conn.command("HDEL", QueueKeys(prefix, sub).key("counters"), RETIRED)
+            raise
         done = sharding.Layout(layout.shards)
         await conn.command("HSET", field, name, done.encode())
-        await conn.command("HDEL", reshards_key(prefix), name)
         await _announce(conn, prefix, old)
         return done.encode()
     finally:
         if not runner.shared(redis):  # a runner or a handle passed in stays open
             await conn.close()
+
+
+async def _refuse_if_left(
+    conn: runner.Runner, prefix: str, name: str, layout: sharding.Layout, old: list[str]
+) -> None:
+    calls = [(Op.STATS, QueueKeys(prefix, sub).all, [1000]) for sub in old]
+    left = 0
+    for reply in await conn.many(calls):
+        if isinstance(reply, Exception):
+            raise reply
+        left += protocol.parse_stats(reply).total
+    if left:
+        raise ConfigError(
+            f"queue {name!r}: {left} task(s) still in the previous layout "
+            f"({layout.previous} shards); they drain at their due times"
+        )
 
 
 def reshards_key(prefix: str) -> str:

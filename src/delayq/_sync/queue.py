@@ -564,7 +564,12 @@ class DelayQueue(Generic[PayloadT]):
         spec = build_plain_offer(self._codec, payload, delay)  # the common case, made short
         routes = self._routes()
         self._register()
-        return routes.home(spec.id).offer_plain(spec)
+        try:
+            return routes.home(spec.id).offer_plain(spec)
+        except ServerError as exc:
+            if not protocol.layout_retired(exc):
+                raise
+            return (self._rewrite_retired(DedupMode.KEEP, [spec], [True]))[0]
 
     def _offer_one(self, mode: DedupMode, offer: Offer) -> TaskId:
         """Offer one task with options (a key, an id, a due time, ...)."""
@@ -576,7 +581,7 @@ class DelayQueue(Generic[PayloadT]):
             shard = self._keyed_shard(routes, offer.key, shard)
         elif offer.id is not None and routes.previous:
             shard = self._id_shard(routes, new_id, shard)
-        return check_conflicts(shard.write_offers(mode, [spec], [offer.id is None]))[0]
+        return check_conflicts(self._write_to(shard, mode, [spec], [offer.id is None]))[0]
 
     def _route(self, routes: _Routes, offer: Offer, drawn: str | None = None) -> tuple[Shard, str]:
         """The shard of an offer and the id to give it if it has none (``drawn``, if it
@@ -675,7 +680,38 @@ class DelayQueue(Generic[PayloadT]):
         self._register()
         results: list[TaskId] = [TaskId("")] * count
         for shard, (positions, specs, drawn) in groups.items():
-            written = shard.write_offers(mode, specs, drawn)
+            written = self._write_to(shard, mode, specs, drawn)
+            for position, task_id in zip(positions, written, strict=True):
+                results[position] = task_id
+        return results
+
+    def _write_to(
+        self, shard: Shard, mode: DedupMode, specs: list[OfferSpec], drawn: list[bool]
+    ) -> list[TaskId]:
+        """``shard.write_offers``, and if a finished reshard retired that shard (this queue's
+        layout was stale: LAYOUT_RETIRED, nothing written), the same offers in the layout
+        Redis records now."""
+        try:
+            return shard.write_offers(mode, specs, drawn)
+        except ServerError as exc:
+            if not protocol.layout_retired(exc):
+                raise
+            return self._rewrite_retired(mode, specs, drawn)
+
+    def _rewrite_retired(
+        self, mode: DedupMode, specs: list[OfferSpec], drawn: list[bool]
+    ) -> list[TaskId]:
+        routes = self._routes(again=True)
+        log.info("delayq: queue %s was resharded: offering to its new layout", self.name)
+        groups: dict[Shard, list[int]] = {}
+        for i, spec in enumerate(specs):  # each to its key's shard, else to its id's
+            key = protocol.spec_key(spec)
+            groups.setdefault(routes.home(spec.id if key is None else key), []).append(i)
+        results: list[TaskId] = [TaskId("")] * len(specs)
+        for shard, positions in groups.items():
+            written = shard.write_offers(
+                mode, [specs[p] for p in positions], [drawn[p] for p in positions]
+            )
             for position, task_id in zip(positions, written, strict=True):
                 results[position] = task_id
         return results

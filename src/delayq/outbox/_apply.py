@@ -23,6 +23,7 @@ from .._core import protocol, sharding
 from .._core.models import DedupMode
 from .._core.protocol import OfferSpec
 from .._core.scripts import Op
+from ..exceptions import ServerError
 from ._rows import Claimed
 
 APPLIED_ROLE: Final = "applied"  # the shard's ZSET apply id -> ms until its receipt expires
@@ -71,8 +72,20 @@ class Receipts:
         self, queue: AsyncDelayQueue, mode: DedupMode, items: Sequence[Claimed]
     ) -> list[int]:
         """Offer rows under their own ids; the offer script's status per row (1 created, 2
-        replaced, 0 an existing task matched, 3 another task holds the id, 4 applied before)."""
-        routes = await queue._routes()
+        replaced, 0 an existing task matched, 3 another task holds the id, 4 applied before).
+        A shard that a finished reshard retired refuses (LAYOUT_RETIRED): the rows go again
+        by the layout Redis records now, those written meanwhile refused by their receipts."""
+        try:
+            return await self._offer(queue, mode, items, again=False)
+        except ServerError as exc:
+            if not protocol.layout_retired(exc):
+                raise
+            return await self._offer(queue, mode, items, again=True)
+
+    async def _offer(
+        self, queue: AsyncDelayQueue, mode: DedupMode, items: Sequence[Claimed], *, again: bool
+    ) -> list[int]:
+        routes = await queue._routes(again=again)
         groups: dict[AsyncShard, list[int]] = {}
         for i, item in enumerate(items):
             spec = item.spec

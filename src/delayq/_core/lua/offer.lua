@@ -8,6 +8,7 @@
 --         envelope;
 --         options: '' (priority 0, no key, no ttl) or 'priority|key_ttl_ms|ttl_ms|key'
 --           (key '' = none, ttl 0 = never expires).
+-- Error LAYOUT_RETIRED: a finished reshard retired this (sub-)queue (nothing written).
 -- Reply: {id_1, status_1, ...}; status 1 = created, 2 = replaced, 0 = an existing task matched
 --        by id (same envelope) or key (its id is returned), 3 = a task with other content holds
 --        the id, and is left as it is (for a generated id: two producers drew the same one, and
@@ -18,6 +19,11 @@
 -- Outbox rows (optional): KEYS[14] the shard's applied set; then ARGV ends with one apply id
 -- per task and the ms to keep their receipts. A task whose apply id was recorded is skipped
 -- with status 4 (applied before); the others' ids are recorded, except status 3's.
+-- A layout that a finished reshard retired takes no new task: the caller's layout is stale
+-- (error LAYOUT_RETIRED: it reads the layout again and writes there).
+if redis.call('HEXISTS', K_COUNTERS, 'retired') == 1 then
+  return redis.error_reply('LAYOUT_RETIRED this layout of the queue was resharded away')
+end
 local mode = ARGV[1]
 local now, later = now_ms()
 local applied = KEYS[14]
