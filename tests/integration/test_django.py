@@ -338,7 +338,18 @@ def test_relay_command_on_a_dead_database_alias_is_a_clear_error(
     proc = manage(project, "delayq_relay", "--database", "nope")
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode != 0
-    assert "nope" in out
+    assert "unknown database 'nope'" in out
+    assert "Traceback" not in out
+
+
+def test_relay_command_refuses_a_sweep_interval_that_never_wakes(
+    project: dict[str, str],
+) -> None:
+    proc = manage(project, "delayq_relay", "--sweep-interval", "inf")
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    assert "sweep_interval must be a number of seconds" in out
+    assert "Traceback" not in out
 
 
 # -- the on_commit path ----------------------------------------------------------------------
@@ -462,3 +473,15 @@ def test_bad_queue_options_are_named(project: dict[str, str]) -> None:
         pytest.raises(ImproperlyConfigured, match=r"\['orders'\]\['OPTIONS'\]: max_attempts"),
     ):
         get_queue("orders")
+
+
+def test_the_reporter_filter_masks_urls_and_dsns_in_settings(project: dict[str, str]) -> None:
+    """Django's own filter keys settings by name: DELAYQ["REDIS_URL"] showed whole."""
+    from delayq.contrib.django.reporting import SafeUrlReporterFilter
+
+    cleanse = SafeUrlReporterFilter().cleanse_setting
+    delayq = cleanse("DELAYQ", {"REDIS_URL": "redis://:s3cret@cache:6379/0", "PREFIX": "dq"})
+    assert delayq == {"REDIS_URL": "redis://:***@cache:6379/0", "PREFIX": "dq"}
+    assert cleanse("OUTBOX_DSN", "host=db password=s3cret") == "host=db password=***"
+    assert cleanse("LOGIN_URL", "/login/") == "/login/"
+    assert cleanse("SECRET_KEY", "k") != "k"  # Django's own rule still applies

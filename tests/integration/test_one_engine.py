@@ -130,7 +130,9 @@ def test_every_operation_on_every_layout(
     assert producer.purge(["delayed"]) == 1 + base
     assert producer.stats().total == 0
     if layout == "mid-reshard":
-        assert finish_reshard("orders", producer._runner, prefix=producer.keys.prefix) == "4"
+        assert (
+            finish_reshard("orders", producer._runner, prefix=producer.keys.prefix, grace=0) == "4"
+        )
 
 
 async def test_async_face_on_every_layout(

@@ -278,7 +278,7 @@ def test_reshard_a_plain_queue_live(make_queue, redis_server, prefix, client) ->
     new_ids = q.offer_many([(n, 0) for n in range(20)])
     assert q.stats().total == 71  # both layouts counted
     with pytest.raises(ConfigError, match="still in the previous layout"):
-        finish_reshard("orders", redis_server.url, prefix=prefix)
+        finish_reshard("orders", redis_server.url, prefix=prefix, grace=0)
     got: Counter[str] = Counter()
     while sum(got.values()) < 70:
         batch = q.poll_many(50, timeout=3)
@@ -287,10 +287,10 @@ def test_reshard_a_plain_queue_live(make_queue, redis_server, prefix, client) ->
         assert all(q.ack_many(batch))
     assert set(got) == {*old_ids, *new_ids} and max(got.values()) == 1
     assert q.cancel(held)  # found in the old layout by id
-    assert finish_reshard("orders", redis_server.url, prefix=prefix) == "4"
+    assert finish_reshard("orders", redis_server.url, prefix=prefix, grace=0) == "4"
     assert client.hget(f"{prefix}:shards", "orders") == b"4"
     with pytest.raises(ConfigError, match="not being resharded"):
-        finish_reshard("orders", redis_server.url, prefix=prefix)
+        finish_reshard("orders", redis_server.url, prefix=prefix, grace=0)
 
 
 def test_reshard_sharded_to_more_shards_with_a_worker_running(
@@ -320,7 +320,7 @@ def test_reshard_sharded_to_more_shards_with_a_worker_running(
         thread.join(20)
     assert set(done) == {*before, *after} and max(done.values()) == 1
     wait_until(lambda: q8.stats().total == 0, timeout=10)
-    assert finish_reshard("promo", redis_server.url, prefix=prefix) == "8"
+    assert finish_reshard("promo", redis_server.url, prefix=prefix, grace=0) == "8"
 
 
 def test_reshard_command(make_queue, redis_server, prefix) -> None:

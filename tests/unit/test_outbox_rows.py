@@ -16,7 +16,7 @@ from delayq.outbox._schema import Schema, for_psycopg
 def test_parameters_become_psycopg_style_and_casts_are_left_alone() -> None:
     assert for_psycopg("a = :a AND b = :b_2") == "a = %(a)s AND b = %(b_2)s"
     assert for_psycopg("x::text, 'a:b'") == "x::text, 'a:b'"
-    for sql in (Schema().insert, Schema().claim, Schema().cancel, *Schema().install()):
+    for sql in (Schema().insert, Schema().claim(), Schema().cancel, *Schema().install()):
         assert "%" not in sql and "::" not in sql
 
 
@@ -50,10 +50,13 @@ def test_offer_row_is_what_the_queue_would_write() -> None:
     assert len(row["task_id"]) == 14
 
 
+APPLY_ID = "0b9f4c5e-3c1d-4a8e-9d59-6f0a3a1b2c3d"
+
+
 def claimed(**changes: Any) -> dict[str, Any]:
     formats = Formats("dq", {"q": QueueFormat(dedup="replace")})
     row: dict[str, Any] = offer_row(formats, "q", "x", 5, {"key": None, "dedup": None})
-    row.update(seq=1, age_s=0.5, **changes)
+    row.update({"seq": 1, "age_s": 0.5, "apply_id": APPLY_ID, **changes})
     return row
 
 
@@ -62,7 +65,7 @@ def test_check_row_accepts_what_the_outbox_writes() -> None:
     assert item.spec is not None and item.spec.due == "d5000" and item.dedup == "replace"
     assert check_row(claimed(op="cancel", envelope=None, due_kind=None, due_ms=None)).op == "cancel"
     re = reschedule_row(Formats("dq", None), "q", "abc", None, 1e9)
-    assert check_row({**re, "seq": 2, "age_s": 0.0}).due_kind == "a"
+    assert check_row({**re, "seq": 2, "age_s": 0.0, "apply_id": APPLY_ID}).due_kind == "a"
     assert cancel_row(Formats("dq", None), "q", "abc")["task_id"] == "abc"
 
 
@@ -82,6 +85,10 @@ def test_check_row_accepts_what_the_outbox_writes() -> None:
         {"prefix": ""},
         {"task_id": ""},
         {"op": "explode"},
+        {"apply_id": None},
+        {"options": "0|0|" + "9" * 400 + "|"},
+        {"options": "0|" + "9" * 5000 + "|0|k"},
+        {"apply_id": "not-an-id"},
     ],
 )
 def test_check_row_refuses_rows_nobody_can_apply(changes: dict[str, Any]) -> None:

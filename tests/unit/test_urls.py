@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from delayq._core.urls import mask_secrets, safe_url
+from delayq._core.urls import mask_secrets, safe_url, without_secrets_of
 
 
 @pytest.mark.parametrize(
@@ -103,3 +103,22 @@ def test_every_url_and_dsn_form(url: str, shown: str) -> None:
 )
 def test_messages_mask_every_secret_in_them(message: str, shown: str) -> None:
     assert mask_secrets(message) == shown
+
+
+@pytest.mark.parametrize(
+    ("source", "error", "secret"),
+    [
+        ("redis://:S3cret/R@h/0", "Port could not be cast to integer value as 'S3cret'", "S3cret"),
+        ("postgresql://u:p%zzw@h/db", 'invalid percent-encoded token: "p%zzw"', "zzw"),
+        ("host=h password='S3c ret", "bad value near S3c", "S3c"),
+        ("redis://h/0?password=hunter2&x=1", "cannot use hunter2 here", "hunter2"),
+    ],
+)
+def test_parse_errors_show_no_fragment_of_a_password(source: str, error: str, secret: str) -> None:
+    shown = without_secrets_of(error, source)
+    assert secret not in shown and "***" in shown
+
+
+def test_parse_errors_keep_what_is_no_secret() -> None:
+    shown = without_secrets_of("Port could not be cast as 'notaport'", "redis://:pw@h:notaport/0")
+    assert "notaport" in shown

@@ -20,7 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 
 from .._core.connection import Target, Topology
-from .._core.urls import safe_url
+from .._core.urls import safe_url, without_secrets_of
 from ..exceptions import ConfigError
 
 monotonic = time.monotonic
@@ -62,7 +62,10 @@ def make_client(target: Target, client_name: str, timeout_s: float) -> tuple[Any
         try:
             return aioredis.Redis.from_url(target.url, **common), []
         except ValueError as exc:
-            raise ConfigError(f"invalid Redis URL {safe_url(target.url)!r}: {exc}") from exc
+            raise ConfigError(
+                f"invalid Redis URL {safe_url(target.url)!r}: "
+                f"{without_secrets_of(str(exc), target.url)}"
+            ) from None  # redis-py's error may quote part of the password
     auth: dict[str, Any] = {"username": target.username, "password": target.password}
     if target.topology is Topology.SENTINEL:
         sentinel = Sentinel(  # type: ignore[no-untyped-call]

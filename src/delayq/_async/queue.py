@@ -432,7 +432,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         self._check_open()
         shared, conn = self._shared, self._runner
         counts = sharding.shards_key(self._keys.prefix)
-        layout = sharding.recorded_layout(await conn.command("HGET", counts, self.name))
+        layout = sharding.recorded_layout(await conn.command("HGET", counts, self.name), self.name)
         if shared.routes is None:
             layout = await self._first_look(layout)
         elif not shared.known:
@@ -468,7 +468,9 @@ class AsyncDelayQueue(Generic[PayloadT]):
                 )
             counts = sharding.shards_key(self._keys.prefix)
             await conn.command("HSETNX", counts, self.name, wanted)
-            layout = sharding.recorded_layout(await conn.command("HGET", counts, self.name))
+            layout = sharding.recorded_layout(
+                await conn.command("HGET", counts, self.name), self.name
+            )
             await self._announce_layout([self.name])
         recorded = layout.shards if layout is not None else 1
         if wanted is not None and wanted != recorded:
@@ -565,7 +567,12 @@ class AsyncDelayQueue(Generic[PayloadT]):
         spec = build_plain_offer(self._codec, payload, delay)  # the common case, made short
         routes = await self._routes()
         await self._register()
-        return await routes.home(spec.id).offer_plain(spec)
+        try:
+            return await routes.home(spec.id).offer_plain(spec)
+        except ServerError as exc:
+            if not protocol.layout_retired(exc):
+                raise
+            return (await self._rewrite_retired(DedupMode.KEEP, [spec], [True]))[0]
 
     async def _offer_one(self, mode: DedupMode, offer: Offer) -> TaskId:
         """Offer one task with options (a key, an id, a due time, ...)."""
@@ -575,7 +582,9 @@ class AsyncDelayQueue(Generic[PayloadT]):
         await self._register()
         if offer.key is not None:
             shard = await self._keyed_shard(routes, offer.key, shard)
-        return check_conflicts(await shard.write_offers(mode, [spec], [offer.id is None]))[0]
+        elif offer.id is not None and routes.previous:
+            shard = await self._id_shard(routes, new_id, shard)
+        return check_conflicts(await self._write_to(shard, mode, [spec], [offer.id is None]))[0]
 
     def _route(
         self, routes: _Routes, offer: Offer, drawn: str | None = None
@@ -603,6 +612,15 @@ class AsyncDelayQueue(Generic[PayloadT]):
             old = routes.previous[sharding.shard_of(key, len(routes.previous))]
             if await old.holds_key(key):
                 return old
+        return shard
+
+    async def _id_shard(self, routes: _Routes, task_id: str, shard: AsyncShard) -> AsyncShard:
+        """The shard for an offer with the caller's own id: its own, unless a reshard is under
+        way and the previous layout's shard for the id holds a task with it (the offer then
+        matches that task instead of creating a second one)."""
+        old = routes.previous[sharding.shard_of(task_id, len(routes.previous))]
+        if old is not shard and await old.holds_task(task_id):
+            return old
         return shard
 
     async def offer_many(
@@ -633,6 +651,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
                     group[2].append(True)
         else:
             keyed: list[tuple[int, str]] = []
+            own_ids: dict[int, str] = {}  # the caller's ids, during a reshard
             ids = protocol.new_task_ids(len(items))
             for i, item in enumerate(items):  # everything encoded before anything is written
                 if isinstance(item, tuple) and len(item) == 2:
@@ -650,25 +669,11 @@ class AsyncDelayQueue(Generic[PayloadT]):
                 group[2].append(offer.id is None)
                 if offer.key is not None and routes.previous:
                     keyed.append((i, offer.key))
-            if keyed:
-                groups = await self._regroup_keyed(routes, groups, dict(keyed))
+                elif offer.id is not None and routes.previous:
+                    own_ids[i] = new_id
+            if keyed or own_ids:
+                groups = await self._regroup_keyed(routes, groups, dict(keyed), own_ids)
         return check_conflicts(await self._write_groups(mode, groups, len(items)))
-
-    async def _offer_encoded(self, mode: DedupMode, specs: Sequence[OfferSpec]) -> list[TaskId]:
-        """Offer tasks encoded elsewhere (the outbox's rows) under their own ids, never
-        redrawn: each goes to its dedup key's shard, else to its id's."""
-        routes = await self._routes()
-        groups: dict[AsyncShard, tuple[list[int], list[OfferSpec], list[bool]]] = {}
-        for i, spec in enumerate(specs):
-            key = protocol.spec_key(spec)
-            shard = routes.home(spec.id if key is None else key)
-            if key is not None:
-                shard = await self._keyed_shard(routes, key, shard)
-            group = groups.setdefault(shard, ([], [], []))
-            group[0].append(i)
-            group[1].append(spec)
-            group[2].append(False)
-        return await self._write_groups(mode, groups, len(specs))
 
     async def _write_groups(
         self,
@@ -680,7 +685,38 @@ class AsyncDelayQueue(Generic[PayloadT]):
         await self._register()
         results: list[TaskId] = [TaskId("")] * count
         for shard, (positions, specs, drawn) in groups.items():
-            written = await shard.write_offers(mode, specs, drawn)
+            written = await self._write_to(shard, mode, specs, drawn)
+            for position, task_id in zip(positions, written, strict=True):
+                results[position] = task_id
+        return results
+
+    async def _write_to(
+        self, shard: AsyncShard, mode: DedupMode, specs: list[OfferSpec], drawn: list[bool]
+    ) -> list[TaskId]:
+        """``shard.write_offers``, and if a finished reshard retired that shard (this queue's
+        layout was stale: LAYOUT_RETIRED, nothing written), the same offers in the layout
+        Redis records now."""
+        try:
+            return await shard.write_offers(mode, specs, drawn)
+        except ServerError as exc:
+            if not protocol.layout_retired(exc):
+                raise
+            return await self._rewrite_retired(mode, specs, drawn)
+
+    async def _rewrite_retired(
+        self, mode: DedupMode, specs: list[OfferSpec], drawn: list[bool]
+    ) -> list[TaskId]:
+        routes = await self._routes(again=True)
+        log.info("delayq: queue %s was resharded: offering to its new layout", self.name)
+        groups: dict[AsyncShard, list[int]] = {}
+        for i, spec in enumerate(specs):  # each to its key's shard, else to its id's
+            key = protocol.spec_key(spec)
+            groups.setdefault(routes.home(spec.id if key is None else key), []).append(i)
+        results: list[TaskId] = [TaskId("")] * len(specs)
+        for shard, positions in groups.items():
+            written = await shard.write_offers(
+                mode, [specs[p] for p in positions], [drawn[p] for p in positions]
+            )
             for position, task_id in zip(positions, written, strict=True):
                 results[position] = task_id
         return results
@@ -690,14 +726,20 @@ class AsyncDelayQueue(Generic[PayloadT]):
         routes: _Routes,
         groups: dict[AsyncShard, tuple[list[int], list[OfferSpec], list[bool]]],
         keys: dict[int, str],
+        own_ids: dict[int, str] | None = None,
     ) -> dict[AsyncShard, tuple[list[int], list[OfferSpec], list[bool]]]:
-        """During a reshard, move each keyed offer whose key the previous layout still holds
-        to that shard."""
+        """During a reshard, move each keyed offer whose key the previous layout still holds,
+        and each offer of a caller's id whose task lives there, to that shard."""
         regrouped: dict[AsyncShard, tuple[list[int], list[OfferSpec], list[bool]]] = {}
         for shard, (positions, specs, drawn) in groups.items():
             for position, spec, was_drawn in zip(positions, specs, drawn, strict=True):
-                key = keys.get(position)
-                target = shard if key is None else await self._keyed_shard(routes, key, shard)
+                key, own_id = keys.get(position), (own_ids or {}).get(position)
+                if key is not None:
+                    target = await self._keyed_shard(routes, key, shard)
+                elif own_id is not None:  # and its caller's id: where a task with it lives
+                    target = await self._id_shard(routes, own_id, shard)
+                else:
+                    target = shard
                 group = regrouped.setdefault(target, ([], [], []))
                 group[0].append(position)
                 group[1].append(spec)

@@ -12,9 +12,17 @@ from .._core import protocol, sharding
 from .._core.connection import Topology
 from .._core.keys import QueueKeys
 from .._core.scripts import Op
+from .._core.timing import Duration, duration_ms
 from ..exceptions import ConfigError
 from . import runner
 from .queue import announce_layout
+
+# How young a reshard finish_reshard refuses to end: past the default safety_interval (10 s)
+# of every queue object opened before it, with room for a slow one.
+DEFAULT_GRACE_S = 60.0
+# The counters field that marks a (sub-)queue a finished reshard retired (offer.lua refuses
+# new tasks there).
+RETIRED = "retired"
 
 
 async def reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "dq") -> str:
@@ -33,7 +41,7 @@ async def reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "d
     conn = runner.connect(redis, "delayq-reshard", label=name)
     try:
         field = sharding.shards_key(prefix)
-        layout = sharding.recorded_layout(await conn.command("HGET", field, name))
+        layout = sharding.recorded_layout(await conn.command("HGET", field, name), name)
         if layout is not None and layout.previous is not None:
             raise ConfigError(
                 f"queue {name!r} is already being resharded ({layout.previous} -> "
@@ -44,6 +52,12 @@ async def reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "d
             raise ConfigError(f"queue {name!r} already has {count} shards")
         new = sharding.Layout(count, old)
         await conn.command("HSET", field, name, new.encode())
+        # When it began, on Redis's clock: finish_reshard waits out the queues that have not
+        # re-read the layout yet.
+        began_ms = _server_ms(await conn.command("TIME"))
+        await conn.command("HSET", reshards_key(prefix), name, began_ms)
+        for sub in sharding.layout_names(name, new)[0]:  # retired by an earlier reshard?
+            await conn.command("HDEL", QueueKeys(prefix, sub).key("counters"), RETIRED)
         await conn.command("SADD", keys.registry, name)
         await _announce(conn, prefix, sharding.layout_names(name, layout)[0])
         return new.encode()
@@ -52,27 +66,48 @@ async def reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "d
             await conn.close()
 
 
-async def finish_reshard(name: str, redis: Any = None, *, prefix: str = "dq") -> str:
+async def finish_reshard(
+    name: str, redis: Any = None, *, prefix: str = "dq", grace: Duration = DEFAULT_GRACE_S
+) -> str:
     """End a reshard of ``name`` once its previous layout holds no task; returns the layout.
-    Raises :class:`ConfigError` while any task is left there (say how many)."""
+    Raises :class:`ConfigError` while any task is left there (say how many), or while the
+    reshard is younger than ``grace`` (seconds or a timedelta, default 60 s): a queue object
+    opened before it writes to the previous layout until it re-reads the layout, within its
+    ``safety_interval`` (10 s by default), and a task written there after the finish would
+    reach no consumer."""
+    try:
+        grace_ms = duration_ms(grace, "grace")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     conn = runner.connect(redis, "delayq-reshard", label=name)
     try:
         field = sharding.shards_key(prefix)
-        layout = sharding.recorded_layout(await conn.command("HGET", field, name))
+        layout = sharding.recorded_layout(await conn.command("HGET", field, name), name)
         if layout is None or layout.previous is None:
             raise ConfigError(f"queue {name!r} is not being resharded")
         old = sharding.layout_names(name, layout)[1]
-        calls = [(Op.STATS, QueueKeys(prefix, sub).all, [1000]) for sub in old]
-        left = 0
-        for reply in await conn.many(calls):
-            if isinstance(reply, Exception):
-                raise reply
-            left += protocol.parse_stats(reply).total
-        if left:
-            raise ConfigError(
-                f"queue {name!r}: {left} task(s) still in the previous layout "
-                f"({layout.previous} shards); they drain at their due times"
-            )
+        await _refuse_if_left(conn, prefix, name, layout, old)
+        began = await conn.command("HGET", reshards_key(prefix), name)
+        if began is not None and grace_ms:
+            age_ms = _server_ms(await conn.command("TIME")) - int(began)
+            if age_ms < grace_ms:
+                raise ConfigError(
+                    f"queue {name!r}: the reshard began {age_ms / 1000:.1f} s ago; queues "
+                    f"opened before it may still write to the previous layout until they "
+                    f"re-read it (within their safety_interval): finish in "
+                    f"{(grace_ms - age_ms) / 1000:.1f} s (grace {grace_ms / 1000:g} s)"
+                )
+        # Retire the old layout first, then look again: an offer that reached it between the
+        # first look and now is counted, and none can reach it after (its scripts refuse new
+        # tasks, LAYOUT_RETIRED, and the writer moves to the current layout).
+        for sub in old:
+            await conn.command("HSET", QueueKeys(prefix, sub).key("counters"), RETIRED, 1)
+        try:
+            await _refuse_if_left(conn, prefix, name, layout, old)
+        except ConfigError:
+            for sub in old:
+                await conn.command("HDEL", QueueKeys(prefix, sub).key("counters"), RETIRED)
+            raise
         done = sharding.Layout(layout.shards)
         await conn.command("HSET", field, name, done.encode())
         await _announce(conn, prefix, old)
@@ -80,6 +115,32 @@ async def finish_reshard(name: str, redis: Any = None, *, prefix: str = "dq") ->
     finally:
         if not runner.shared(redis):  # a runner or a handle passed in stays open
             await conn.close()
+
+
+async def _refuse_if_left(
+    conn: runner.Runner, prefix: str, name: str, layout: sharding.Layout, old: list[str]
+) -> None:
+    calls = [(Op.STATS, QueueKeys(prefix, sub).all, [1000]) for sub in old]
+    left = 0
+    for reply in await conn.many(calls):
+        if isinstance(reply, Exception):
+            raise reply
+        left += protocol.parse_stats(reply).total
+    if left:
+        raise ConfigError(
+            f"queue {name!r}: {left} task(s) still in the previous layout "
+            f"({layout.previous} shards); they drain at their due times"
+        )
+
+
+def reshards_key(prefix: str) -> str:
+    """The hash of queue name -> when its reshard began (Redis ms; outside any queue's slot,
+    like the layouts)."""
+    return f"{prefix}:reshards"
+
+
+def _server_ms(time_reply: Any) -> int:
+    return int(time_reply[0]) * 1000 + int(time_reply[1]) // 1000
 
 
 async def _announce(conn: runner.Runner, prefix: str, names: list[str]) -> None:

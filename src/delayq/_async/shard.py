@@ -244,6 +244,10 @@ class AsyncShard:
                 ids[i] = task_id
         return ids
 
+    async def holds_task(self, task_id: str) -> bool:
+        """Whether this shard holds a task with ``task_id`` (in any state)."""
+        return bool(await self._runner.command("HEXISTS", self.keys.key("tasks"), task_id))
+
     async def holds_key(self, key: str) -> bool:
         """Whether a live task of this shard holds dedup ``key``."""
         return bool(await self._runner.command("HEXISTS", self.keys.key("keys"), key))

@@ -17,7 +17,7 @@ from enum import StrEnum
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ..exceptions import ConfigError
-from .urls import safe_url
+from .urls import safe_url, without_secrets_of
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 ACCEPTED_FORMS = (
@@ -109,8 +109,9 @@ def _standalone(url: str, scheme: str, shown: str) -> Target:
         db = _db_of(parts.path if scheme != "unix" else "", dict(parse_qsl(parts.query)))
     except ValueError as exc:
         raise ConfigError(
-            f"invalid Redis URL {shown!r}: {exc}; accepted: {ACCEPTED_FORMS}"
-        ) from exc
+            f"invalid Redis URL {shown!r}: {without_secrets_of(str(exc), url)}; "
+            f"accepted: {ACCEPTED_FORMS}"
+        ) from None  # the parser's own error may quote part of the password
     return Target(Topology.STANDALONE, url=url, db=db, tls=scheme == "rediss")
 
 
@@ -161,7 +162,9 @@ def _sentinel(url: str, tls: bool, shown: str) -> Target:
     try:
         db = _db_of(db_text, options)
     except ValueError as exc:
-        raise ConfigError(f"invalid Redis URL {shown!r}: {exc}") from exc
+        raise ConfigError(
+            f"invalid Redis URL {shown!r}: {without_secrets_of(str(exc), url)}"
+        ) from None
     return Target(
         Topology.SENTINEL,
         hosts=_hosts(netloc, 26379, shown),

@@ -14,8 +14,15 @@ from ..exceptions import ConfigError
 
 
 def to_datetime(ms: int | None) -> datetime | None:
-    """Epoch milliseconds (server clock) as an aware UTC datetime."""
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+    """Epoch milliseconds (server clock) as an aware UTC datetime; a stored value outside
+    years 1-9999 (which delayq never writes) as the nearest end, so that a reader shows it
+    instead of crashing on it."""
+    if ms is None:
+        return None
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC)
+    except (OverflowError, ValueError, OSError):
+        return (datetime.max if ms > 0 else datetime.min).replace(tzinfo=UTC)
 
 
 class TaskState(StrEnum):

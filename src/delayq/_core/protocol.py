@@ -169,6 +169,16 @@ ID_TAKEN: Final = 3
 ID_DRAWS: Final = 5
 
 
+# The offer scripts' error for a (sub-)queue that a finished reshard retired: the writer's
+# layout is stale, so it reads the layout again and writes to the current one.
+LAYOUT_RETIRED: Final = "LAYOUT_RETIRED"
+
+
+def layout_retired(exc: BaseException) -> bool:
+    """Whether a script's error says the writer's layout is stale (:data:`LAYOUT_RETIRED`)."""
+    return isinstance(exc, ServerError) and LAYOUT_RETIRED in str(exc)
+
+
 def no_free_id() -> ServerError:
     return ServerError(f"{ID_DRAWS} drawn task ids were all taken: is the clock or RNG stuck?")
 

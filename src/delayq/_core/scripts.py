@@ -34,6 +34,7 @@ class Op(StrEnum):
     REDISSON_CLAIM = "redisson_claim"
     REDISSON_LAND = "redisson_land"
     REDISSON_RELEASE = "redisson_release"
+    SETTLE = "settle"  # the outbox relay's receipts (settle.lua)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,17 +8,22 @@ recorded. The queues in ``_async/sharded.py`` do the I/O.
 from __future__ import annotations
 
 import binascii
+import logging
+import re
 import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ..exceptions import ConfigError
 from .keys import QueueKeys, validate_name
 from .models import Stats
 from .protocol import stats_from_reply
 from .scripts import Op
+from .text import printable
+
+log = logging.getLogger("delayq")
 
 SLOTS = 16384  # Redis Cluster's hash slots
 MAX_SHARDS = 1024
@@ -122,15 +127,27 @@ def describe(layout: Layout | None) -> str:
     return text
 
 
-def recorded_layout(value: object) -> Layout | None:
-    """The layout stored in Redis for a queue (``None`` if none is: an unsharded queue)."""
+_RECORDED: Final = re.compile(r"([0-9]{1,4})(?:<([0-9]{1,4}))?")
+
+
+def recorded_layout(value: object, name: str = "") -> Layout | None:
+    """The layout stored in Redis for a queue (``None`` if none is: an unsharded queue).
+    A value delayq never writes (not ``N`` or ``N<M``, a count out of range, bytes that are
+    not text) is a :class:`ConfigError` naming the queue: guessing would route its tasks
+    where no consumer looks, and a huge count would hang every reader."""
     if value is None:
         return None
-    text = value.decode() if isinstance(value, bytes) else str(value)
-    current, _, previous = text.partition("<")
-    if not current.isdigit() or (previous and not previous.isdigit()):
-        return None
-    return Layout(int(current), int(previous) if previous else None)
+    raw = value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogatepass")
+    found = _RECORDED.fullmatch(raw.decode("ascii", errors="replace"))
+    current = int(found.group(1)) if found else 0
+    previous = int(found.group(2)) if found and found.group(2) is not None else None
+    if not found or not 1 <= current <= MAX_SHARDS or (previous or 0) > MAX_SHARDS:
+        shown = raw[:40].decode("ascii", errors="backslashreplace")
+        raise ConfigError(
+            f"queue {name!r} has a malformed layout record {shown!r} in Redis (expected N or "
+            f"N<M, shard counts up to {MAX_SHARDS}); fix it with HSET <prefix>:shards"
+        )
+    return Layout(current, previous)
 
 
 def shards_key(prefix: str) -> str:
@@ -170,9 +187,13 @@ def layouts_of(raw: dict[Any, Any]) -> dict[str, Layout]:
     """Queue name -> layout, from the recorded shard counts (an HGETALL of shards_key)."""
     layouts = {}
     for name, value in raw.items():
-        layout = recorded_layout(value)
+        text = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+        try:
+            layout = recorded_layout(value, text)
+        except ConfigError as exc:  # that queue's error alone: the others are still read
+            log.warning("delayq: %s", printable(str(exc)))
+            continue
         if layout is not None:
-            text = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
             layouts[text] = layout
     return layouts
 

@@ -53,3 +53,41 @@ def mask_secrets(text: str) -> str:
 
 def _masked_value(match: re.Match[str]) -> str:
     return f"{match.group('key')}***"
+
+
+_TOKEN = re.compile(r"[^\s'\"`,;()\[\]{}<>]+")
+_SHORTEST_FRAGMENT = 3  # shorter tokens ('h', '0', 'db') say nothing of a password
+
+
+def without_secrets_of(text: str, source: str) -> str:
+    """``text`` (a parser's error about ``source``, a URL or connection string that may not
+    even parse) with every token that is part of ``source``'s secrets masked, and then
+    :func:`mask_secrets`: a library quoting a fragment of a password (``'S3cret'`` of
+    ``redis://:S3cret/R@h``, ``"p%zz"`` of a bad escape) shows ``***`` instead."""
+    secrets = _secrets_of(source) if isinstance(source, str) else []
+    if secrets:
+
+        def hide(match: re.Match[str]) -> str:
+            token = match.group(0)
+            part_of = len(token) >= _SHORTEST_FRAGMENT and any(token in s for s in secrets)
+            return "***" if part_of else token
+
+        text = _TOKEN.sub(hide, text)
+    return mask_secrets(text)
+
+
+def _secrets_of(source: str) -> list[str]:
+    """The parts of a URL or libpq string that may hold a secret, however malformed: a URL's
+    userinfo after its first ':' (to the last '@'), secret query options, and libpq's
+    ``password=`` values."""
+    found = []
+    match = _USERINFO.match(source)
+    if match:
+        _user, sep, secret = match.group("userinfo").partition(":")
+        if sep and secret:
+            found.append(secret)
+    for option in _SECRET_OPTION.finditer(source):
+        found.append(source[option.end("name") : option.end()])
+    for pair in _DSN_SECRETS.finditer(source):
+        found.append(pair.group("value").strip("'"))
+    return [s for s in found if s]

@@ -23,7 +23,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from .._core.connection import Target, Topology
-from .._core.urls import safe_url
+from .._core.urls import safe_url, without_secrets_of
 from ..exceptions import ConfigError
 
 monotonic = time.monotonic
@@ -57,7 +57,10 @@ def make_client(target: Target, client_name: str, timeout_s: float) -> tuple[Any
         try:
             return redis_lib.Redis.from_url(target.url, **common), []
         except ValueError as exc:
-            raise ConfigError(f"invalid Redis URL {safe_url(target.url)!r}: {exc}") from exc
+            raise ConfigError(
+                f"invalid Redis URL {safe_url(target.url)!r}: "
+                f"{without_secrets_of(str(exc), target.url)}"
+            ) from None  # redis-py's error may quote part of the password
     auth: dict[str, Any] = {"username": target.username, "password": target.password}
     if target.topology is Topology.SENTINEL:
         sentinel = Sentinel(  # type: ignore[no-untyped-call]

@@ -245,6 +245,10 @@ class Shard:
                 ids[i] = task_id
         return ids
 
+    def holds_task(self, task_id: str) -> bool:
+        """Whether this shard holds a task with ``task_id`` (in any state)."""
+        return bool(self._runner.command("HEXISTS", self.keys.key("tasks"), task_id))
+
     def holds_key(self, key: str) -> bool:
         """Whether a live task of this shard holds dedup ``key``."""
         return bool(self._runner.command("HEXISTS", self.keys.key("keys"), key))

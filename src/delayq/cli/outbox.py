@@ -15,7 +15,15 @@ import typer
 from .._core.text import printable
 from .._core.urls import safe_url
 from .common import CliError
-from .outboxdb import open_outbox, require_installed, run_db, say_line, status_json, status_lines
+from .outboxdb import (
+    from_source,
+    open_outbox,
+    require_installed,
+    run_db,
+    say_line,
+    status_json,
+    status_lines,
+)
 
 DsnOpt = Annotated[
     str,
@@ -23,7 +31,8 @@ DsnOpt = Annotated[
         "--dsn",
         envvar="DATABASE_URL",
         metavar="DSN",
-        help="PostgreSQL connection string; default $DATABASE_URL.",
+        help="PostgreSQL connection string, or env:NAME / file:PATH to read it from there "
+        "(kept out of `ps`); default $DATABASE_URL.",
         show_envvar=False,
     ),
 ]
@@ -87,13 +96,17 @@ def dead(
     schema: SchemaOpt = None,
     limit: Annotated[int, typer.Option(min=1, max=10000, metavar="N", help="Most rows.")] = 100,
     json: JsonOpt = False,
+    missed: Annotated[
+        bool,
+        typer.Option("--missed", help="The cancels and reschedules that found no task instead."),
+    ] = False,
 ) -> None:
     """Rows no relay could apply, with the error (oldest first).
 
     Example: delayq outbox dead --dsn postgresql://app@db/shop
     """
     outbox = open_outbox(dsn, table, schema)
-    rows = run_db(lambda: outbox.dead(limit))
+    rows = run_db(lambda: outbox.dead(limit, missed=missed))
     for row in rows:
         if json:
             say_line(
@@ -114,7 +127,7 @@ def dead(
                 f"{row.created.isoformat()}  {printable(row.error or '')}"
             )
     if not rows and not json:
-        say_line("no dead rows")
+        say_line(f"no {'missed' if missed else 'dead'} rows")
 
 
 @outbox_app.command("requeue")
@@ -131,6 +144,33 @@ def requeue(
     say_line(f"{run_db(outbox.requeue_dead)} dead rows are pending again")
 
 
+@outbox_app.command("purge-dead")
+def purge_dead(
+    dsn: DsnOpt = "",
+    table: TableOpt = "delayq_outbox",
+    schema: SchemaOpt = None,
+    missed: Annotated[
+        bool,
+        typer.Option(
+            "--missed", help="Delete the cancels and reschedules that found no task instead."
+        ),
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Do it (without: only count).")] = False,
+) -> None:
+    """Delete the dead rows for good (after reading them with `delayq outbox dead`).
+
+    Example: delayq outbox purge-dead --dsn postgresql://app@db/shop --yes
+    """
+    outbox = open_outbox(dsn, table, schema)
+    require_installed(outbox)
+    what = "missed" if missed else "dead"
+    if not yes:
+        st = run_db(outbox.status)
+        say_line(f"{st.missed if missed else st.dead} {what} rows would go; add --yes to delete")
+        return
+    say_line(f"{run_db(lambda: outbox.purge_dead(missed=missed))} {what} rows deleted")
+
+
 @app.command("relay")
 def relay(
     dsn: DsnOpt = "",
@@ -140,7 +180,7 @@ def relay(
             "--redis",
             envvar="REDIS_URL",
             metavar="URL",
-            help="Redis URL; default $REDIS_URL.",
+            help="Redis URL, or env:NAME / file:PATH to read it from there; default $REDIS_URL.",
             show_envvar=False,
         ),
     ] = "redis://127.0.0.1:6379/0",
@@ -173,6 +213,16 @@ def relay(
     log_level: Annotated[
         str, typer.Option(metavar="LEVEL", help="DEBUG, INFO, WARNING, ERROR.")
     ] = "INFO",
+    prefix: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--prefix", metavar="PREFIX", help="Serve only the rows of this key prefix (repeat)."
+        ),
+    ] = None,
+    queue: Annotated[
+        list[str] | None,
+        typer.Option("--queue", metavar="NAME", help="Serve only the rows of this queue (repeat)."),
+    ] = None,
 ) -> None:
     """Move committed outbox rows into their delayq queues, until SIGTERM or Ctrl-C.
 
@@ -187,14 +237,17 @@ def relay(
         raise CliError(f"--log-level: unknown level {log_level!r}", code=2)
     outbox = open_outbox(dsn, table, schema)  # validates the DSN and names before connecting
     require_installed(outbox)
+    redis = from_source(redis, "--redis")
     relayer = AsyncRelay(
-        dsn,
+        from_source(dsn, "--dsn"),
         redis,
         table=outbox.table,
         schema=outbox.schema,
         batch_size=batch_size,
         sweep_interval=sweep_interval,
         name=name,
+        prefixes=prefix or (),
+        only_queues=queue or (),
     )
     if once:
         count = run_db(lambda: asyncio.run(_relay_once(relayer)))

@@ -6,11 +6,13 @@ command module imports the other."""
 from __future__ import annotations
 
 import json as jsonlib
+import os
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from .._core.text import printable
 from .._core.timing import format_duration
 from .common import CliError
 
@@ -24,9 +26,30 @@ def say_line(line: str) -> None:
     sys.stdout.flush()
 
 
+def from_source(value: str, option: str) -> str:
+    """``--dsn``/``--redis`` given as ``env:NAME`` (read from that environment variable) or
+    ``file:PATH`` (the file's first line): the secret then never shows in ``ps``."""
+    if value.startswith("env:"):
+        found = os.environ.get(value[4:])
+        if not found:
+            raise CliError(f"{option} {value}: the environment variable is not set", code=2)
+        return found
+    if value.startswith("file:"):
+        try:
+            with open(value[5:], encoding="utf-8") as fh:
+                first = fh.readline().strip()
+        except OSError as exc:
+            raise CliError(f"{option} {value}: {exc.strerror}", code=2) from None
+        if not first:
+            raise CliError(f"{option} {value}: the file is empty", code=2)
+        return first
+    return value
+
+
 def open_outbox(dsn: str, table: str, schema: str | None) -> Outbox:
     if not dsn:
         raise CliError("give the database with --dsn or $DATABASE_URL", code=2)
+    dsn = from_source(dsn, "--dsn")
     try:
         # Imported here: only the outbox commands load delayq.outbox, and without psycopg
         # (the postgres extra) only they fail, with the line below.
@@ -62,6 +85,7 @@ def status_json(st: Any) -> dict[str, Any]:
     return {
         "pending": st.pending,
         "dead": st.dead,
+        "missed": st.missed,
         "oldest_pending_age_s": st.oldest_pending_age,
         "queues": [
             {
@@ -69,6 +93,7 @@ def status_json(st: Any) -> dict[str, Any]:
                 "queue": q.queue,
                 "pending": q.pending,
                 "dead": q.dead,
+                "missed": q.missed,
                 "oldest_pending_age_s": q.oldest_pending_age,
             }
             for q in st.queues
@@ -79,10 +104,16 @@ def status_json(st: Any) -> dict[str, Any]:
 def status_lines(st: Any) -> list[str]:
     """The outbox's status as plain lines (``delayq outbox status``)."""
     age = "-" if st.oldest_pending_age is None else format_duration(st.oldest_pending_age)
-    lines = [f"outbox: {st.pending} pending, {st.dead} dead, oldest pending {age}"]
+    missed = f", {st.missed} missed" if st.missed else ""
+    lines = [f"outbox: {st.pending} pending, {st.dead} dead{missed}, oldest pending {age}"]
     for q in st.queues:
         q_age = "-" if q.oldest_pending_age is None else format_duration(q.oldest_pending_age)
-        lines.append(f"  {q.prefix}:{q.queue}  pending {q.pending}  dead {q.dead}  oldest {q_age}")
+        q_missed = f"  missed {q.missed}" if q.missed else ""
+        # names come from the table: shown escaped, never as terminal control sequences
+        lines.append(
+            f"  {printable(q.prefix)}:{printable(q.queue)}  pending {q.pending}  "
+            f"dead {q.dead}{q_missed}  oldest {q_age}"
+        )
     return lines
 
 

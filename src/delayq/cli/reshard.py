@@ -26,6 +26,17 @@ def reshard_command(
     ] = False,
     redis: RedisOpt = DEFAULT_URL,
     prefix: PrefixOpt = "dq",
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            min=0,
+            max=86400,
+            metavar="SECONDS",
+            help="--finish refuses a reshard younger than this: queues opened before it "
+            "re-read the layout within their safety interval.",
+        ),
+    ] = 60.0,
 ) -> None:
     """Move a live queue to N shards, or end such a move (--finish).
 
@@ -36,7 +47,7 @@ def reshard_command(
     if (shards is None) == (not finish):
         raise CliError("give either --shards N or --finish", code=2)
     if finish:
-        layout = finish_reshard(queue, redis, prefix=prefix)
+        layout = finish_reshard(queue, redis, prefix=prefix, grace=grace)
         sys.stdout.write(f"{queue}: reshard finished, {layout} shards\n")
     else:
         assert shards is not None

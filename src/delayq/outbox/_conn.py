@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+from .._core.urls import safe_url, without_secrets_of
 from ..exceptions import ConfigError
 from ._schema import for_psycopg
 
@@ -106,8 +107,25 @@ def acheck_target(target: object) -> None:
     _check_target(target, is_async=True)
 
 
+def check_dsn(dsn: str) -> None:
+    """Refuse a connection string libpq cannot parse, with a message that shows no part of
+    its password (psycopg quotes the token it chokes on, which may be one)."""
+    psycopg = _module("psycopg")
+    if psycopg is None:
+        return  # the first use says to install the extra
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error as exc:
+        raise ConfigError(
+            f"invalid PostgreSQL DSN {safe_url(dsn)!r}: {without_secrets_of(str(exc), dsn)}"
+        ) from None  # the original error quotes the DSN
+
+
 def _check_target(target: object, *, is_async: bool) -> None:
-    if target is None or isinstance(target, str):
+    if isinstance(target, str):
+        check_dsn(target)
+        return
+    if target is None:
         return
     pool = _module("psycopg_pool")
     sa = _module("sqlalchemy.ext.asyncio") if is_async else _module("sqlalchemy.engine")

@@ -4,7 +4,11 @@
 - ``delayq_outbox_dead{prefix,queue}``: rows no relay could apply;
 - ``delayq_outbox_lag_seconds{prefix,queue}``: age of the oldest pending row (0 when none),
   on the database's clock: how far the relays are behind;
+- ``delayq_outbox_missed{prefix,queue}``: cancels and reschedules that found no waiting task;
 - ``delayq_outbox_relayed_total{op}``, ``delayq_outbox_relay_dead_total``: this relay's work;
+- ``delayq_outbox_relay_missed_total``, ``delayq_outbox_relay_refused_total``: its cancels
+  and reschedules that found no task, and rows claimed again that Redis refused (applied
+  before: a failed commit or a relay that died);
 - ``delayq_outbox_relay_last_lag_seconds``: commit to Redis for the last batch it relayed.
 """
 
@@ -25,13 +29,25 @@ if TYPE_CHECKING:
 log = logging.getLogger("delayq.outbox")
 
 
+# Queues with series of their own at most; the rest are summed under queue="_other", so that
+# a table with 50,000 queue names costs a scrape a few hundred series, not 150,000.
+DEFAULT_MAX_QUEUES = 100
+OTHER = "_other"
+
+
 class OutboxCollector:
     """A prometheus-client collector: the outbox table's backlog (one query per scrape) and,
-    if given, one relay's counters."""
+    if given, one relay's counters. The ``max_queues`` queues with the most rows get series
+    of their own; the others are summed under ``prefix="", queue="_other"``."""
 
-    def __init__(self, outbox: Outbox, stats: RelayStats | None = None) -> None:
+    def __init__(
+        self, outbox: Outbox, stats: RelayStats | None = None, max_queues: int = DEFAULT_MAX_QUEUES
+    ) -> None:
+        if not isinstance(max_queues, int) or isinstance(max_queues, bool) or max_queues < 1:
+            raise ValueError(f"max_queues must be an int >= 1, got {max_queues!r}")
         self._outbox = outbox
         self._stats = stats
+        self._max_queues = max_queues
 
     def collect(self) -> Iterator[Any]:
         require_prometheus()
@@ -48,16 +64,34 @@ class OutboxCollector:
             "Age of the oldest pending outbox row (database clock).",
             labels=labels,
         )
+        missed = core.GaugeMetricFamily(
+            "delayq_outbox_missed",
+            "Outbox cancels and reschedules that found no waiting task.",
+            labels=labels,
+        )
         try:
             status = self._outbox.status()
         except Exception as exc:  # a scrape must not fail because the database is away
             log.warning("outbox metrics: cannot read the table: %s", exc)
             status = None
-        for q in status.queues if status else ():
+        queues = sorted(
+            status.queues if status else (),
+            key=lambda q: q.pending + q.dead + q.missed,
+            reverse=True,
+        )
+        for q in queues[: self._max_queues]:
             pending.add_metric([q.prefix, q.queue], q.pending)
             dead.add_metric([q.prefix, q.queue], q.dead)
             lag.add_metric([q.prefix, q.queue], q.oldest_pending_age or 0.0)
-        yield from (pending, dead, lag)
+            missed.add_metric([q.prefix, q.queue], q.missed)
+        rest = queues[self._max_queues :]
+        if rest:
+            other = ["", OTHER]
+            pending.add_metric(other, sum(q.pending for q in rest))
+            dead.add_metric(other, sum(q.dead for q in rest))
+            lag.add_metric(other, max(q.oldest_pending_age or 0.0 for q in rest))
+            missed.add_metric(other, sum(q.missed for q in rest))
+        yield from (pending, dead, lag, missed)
         if self._stats is None:
             return
         relayed = core.CounterMetricFamily(
@@ -75,7 +109,17 @@ class OutboxCollector:
             "Commit to Redis for the oldest row of this relay's last batch.",
         )
         last.add_metric([], self._stats.last_lag_s or 0.0)
-        yield from (relayed, buried, last)
+        not_found = core.CounterMetricFamily(
+            "delayq_outbox_relay_missed",
+            "Cancels and reschedules of this relay that found no waiting task.",
+        )
+        not_found.add_metric([], self._stats.missing)
+        refused = core.CounterMetricFamily(
+            "delayq_outbox_relay_refused",
+            "Rows this relay claimed again that Redis refused as applied before.",
+        )
+        refused.add_metric([], self._stats.duplicates)
+        yield from (relayed, buried, last, not_found, refused)
 
 
 def serve_relay_metrics(

@@ -18,20 +18,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from .._async.connection import AsyncConnection, shared_or_new
 from .._async.queue import AsyncDelayQueue
+from .._core.durability import Durability
 from .._core.models import DedupMode
-from .._core.protocol import OfferSpec
+from .._core.text import printable
 from .._core.timing import Duration, duration_ms
-from .._core.urls import mask_secrets
-from ..exceptions import ConfigError, DelayqError, InvalidTaskError, RedisUnavailable, ServerError
+from .._core.urls import without_secrets_of
+from ..exceptions import (
+    ConfigError,
+    DelayqError,
+    InvalidTaskError,
+    NotDurable,
+    RedisUnavailable,
+    ServerError,
+)
+from ._apply import (
+    APPLIED_BEFORE,
+    CONFLICT,
+    DEFAULT_RETENTION_S,
+    DEFAULT_SETTLE_S,
+    Outcome,
+    Receipts,
+)
 from . import _heartbeat as heartbeat
-from ._conn import require_psycopg
-from ._rows import Claimed, check_row
+from ._conn import check_dsn, require_psycopg
+from ._rows import Claimed, QueueFormat, check_row
 from ._schema import DEFAULT_BATCH, Schema, for_psycopg
 
 log = logging.getLogger("delayq.outbox")
@@ -39,8 +56,12 @@ log = logging.getLogger("delayq.outbox")
 _FIRST_BACKOFF_S: Final = 0.05
 APP_NAME: Final = "delayq-relay"  # pg_stat_activity's application_name of a relay's sessions
 DEFAULT_RECONNECT_S: Final = 5.0  # a Redis call's retries before the batch rolls back
-# Redis errors that say nothing about the row being applied: wait and try the batch again.
-_REDIS_DOWN: Final = (RedisUnavailable, ServerError)
+# Errors after which the whole batch rolls back and is claimed again (its rows applied so far
+# are refused by their receipts then): Redis away, or a write not confirmed durable.
+_RETRY_BATCH: Final = (RedisUnavailable, ServerError, NotDurable)
+_DEFAULT_FORMAT: Final = QueueFormat()
+_LONGEST_WAIT_S: Final = 3600.0  # sweep_interval, max_backoff: inf or nan would never wake
+_LOGGED_CHARS: Final = 500  # of a row's error in a log line (the table keeps 4,000)
 _SESSION_DEFAULTS: Final = {
     "connect_timeout": 10,
     "keepalives": 1,
@@ -50,6 +71,48 @@ _SESSION_DEFAULTS: Final = {
     "tcp_user_timeout": 30_000,  # ms that sent data may stay unacknowledged
 }
 _CONFLICT: Final = "the id is held by a task with other content, which is kept unchanged"
+
+
+def truncated(text: str, limit: int = _LOGGED_CHARS) -> str:
+    """``text`` made printable and cut to ``limit`` characters, for a log line."""
+    if len(text) <= limit:
+        return printable(text)
+    return f"{printable(text[:limit])}... ({len(text)} characters)"  # cut first: it may be MBs
+
+
+class Outage:
+    """The relay's failures since its last batch that went through: the wait before the next
+    try doubles up to ``longest``, and an outage is logged once when it starts (each further
+    failure at DEBUG) and once when it ends."""
+
+    def __init__(self, first: float, longest: float) -> None:
+        self._first, self._longest = first, longest
+        self._wait = first
+        self.failures = 0
+        self._since = 0.0
+
+    def failed(self, what: str, error: str, *, exc_info: bool = False) -> float:
+        """Note one failure; the seconds to wait before the next try."""
+        wait = self._wait
+        if self.failures == 0:
+            self._since = time.monotonic()
+            log.warning(
+                "outbox relay: %s: %s; retrying with backoff up to %.2fs (logged again when "
+                "a batch goes through)", what, error, self._longest, exc_info=exc_info,
+            )  # fmt: skip
+        else:
+            log.debug("outbox relay: %s: %s; again in %.2fs", what, error, wait)
+        self.failures += 1
+        self._wait = min(wait * 2, self._longest)
+        return wait
+
+    def ended(self) -> None:
+        if self.failures:
+            log.warning(
+                "outbox relay: recovered after %d failed attempt(s) over %.1fs",
+                self.failures, time.monotonic() - self._since,
+            )  # fmt: skip
+        self.failures, self._wait = 0, self._first
 
 
 @dataclass(slots=True)
@@ -65,6 +128,8 @@ class RelayStats:
     last_lag_s: float | None = None  # age of the oldest row of the last batch, DB clock
     redis_errors: int = 0
     database_errors: int = 0
+    duplicates: int = 0  # rows claimed again after they were applied: refused by Redis
+    missing: int = 0  # cancels and reschedules that found no waiting task
 
 
 class AsyncRelay:
@@ -85,6 +150,19 @@ class AsyncRelay:
             back (seconds or a timedelta); None: 5 s, or a handle's own.
         max_backoff: the longest wait between reconnection attempts.
         name: the relay's ``application_name`` in ``pg_stat_activity``.
+        durability: a :class:`~delayq.Durability` for every queue the relay writes to: it
+            waits for the copies before it deletes the rows, and a shortfall
+            (:class:`~delayq.NotDurable`) rolls the batch back to be retried (the rows stay);
+            a queue in ``queues`` with a durability of its own uses that.
+        queues: per-queue :class:`QueueFormat` (by queue name), as given to the ``Outbox``:
+            the relay uses their ``max_payload_bytes`` (a larger row goes dead) and
+            ``durability``.
+        prefixes, only_queues: serve only the rows of these key prefixes and queue names
+            (default: every row), e.g. one relay per team's prefix.
+        receipt_retention: how long Redis refuses a row applied by a batch that has not
+            committed (its DELETE failed, its relay died): a row claimed again within it
+            changes nothing. Seconds or a timedelta; default 24 hours. Once the batch
+            commits, its receipts are kept only 2 minutes more.
     """
 
     def __init__(
@@ -99,17 +177,30 @@ class AsyncRelay:
         reconnect_timeout: Duration | None = None,
         max_backoff: float = 5.0,
         name: str = APP_NAME,
+        receipt_retention: Duration = DEFAULT_RETENTION_S,
+        durability: Durability | None = None,
+        queues: Mapping[str, QueueFormat] | None = None,
+        prefixes: Sequence[str] = (),
+        only_queues: Sequence[str] = (),
     ) -> None:
         if not isinstance(name, str) or not name.isprintable() or not 0 < len(name) < 64:
             raise ConfigError(f"name must be 1-63 printable characters, got {name!r}")
         self.name = name
         if not isinstance(dsn, str) or not dsn:
             raise ConfigError("the relay needs a PostgreSQL DSN (a connection string)")
+        check_dsn(dsn)
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ConfigError(f"batch_size must be an int >= 1, got {batch_size!r}")
         for name, value in (("sweep_interval", sweep_interval), ("max_backoff", max_backoff)):
-            if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
-                raise ConfigError(f"{name} must be a number of seconds > 0, got {value!r}")
+            if (
+                not isinstance(value, int | float)
+                or isinstance(value, bool)
+                or not 0 < value <= _LONGEST_WAIT_S
+            ):
+                raise ConfigError(
+                    f"{name} must be a number of seconds from 0 (excluded) to "
+                    f"{_LONGEST_WAIT_S:g}, got {value!r}"
+                )
         if reconnect_timeout is None and not isinstance(redis, AsyncConnection):
             reconnect_timeout = DEFAULT_RECONNECT_S
         if reconnect_timeout is not None:
@@ -117,11 +208,36 @@ class AsyncRelay:
                 duration_ms(reconnect_timeout, "reconnect_timeout", allow_zero=False)
             except ValueError as exc:
                 raise ConfigError(str(exc)) from exc
+        try:
+            retention_ms = duration_ms(receipt_retention, "receipt_retention", allow_zero=False)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        if retention_ms < DEFAULT_SETTLE_S * 1000:
+            raise ConfigError(
+                f"receipt_retention must be at least {DEFAULT_SETTLE_S:g} s (longer than any "
+                f"retry of a batch), got {retention_ms / 1000:g} s"
+            )
+        self._receipts = Receipts(retention_ms / 1000, DEFAULT_SETTLE_S)
+        if durability is not None and not isinstance(durability, Durability):
+            raise ConfigError(f"durability must be a Durability, not {durability!r}")
+        self._durability = durability
+        self._formats: dict[str, QueueFormat] = {}
+        for queue_name, fmt in (queues or {}).items():
+            if not isinstance(fmt, QueueFormat):
+                raise ConfigError(f"queues[{queue_name!r}] must be a QueueFormat, not {fmt!r}")
+            fmt.options()  # checked now, as the queue would
+            self._formats[queue_name] = fmt
+        sizes = [f.max_payload_bytes for f in self._formats.values()]
+        self._max_row_bytes = max([_DEFAULT_FORMAT.max_payload_bytes, *sizes])
         self._psycopg = require_psycopg()
         self._dsn = dsn
         self._redis = redis
         self._schema = Schema(table, schema)
-        self._claim_batch = self._schema.claim_batch(batch_size)
+        if isinstance(prefixes, str) or isinstance(only_queues, str):
+            raise ConfigError("prefixes and only_queues are lists of names, not one string")
+        self._claim_batch = self._schema.claim_batch(
+            batch_size, self._max_row_bytes, list(prefixes), list(only_queues)
+        )
         self._bury = for_psycopg(self._schema.bury)
         self._batch = batch_size
         self._sweep_s = float(sweep_interval)
@@ -132,11 +248,11 @@ class AsyncRelay:
         self._owns_conn = False
         if isinstance(redis, AsyncConnection):
             self._conn, self._owns_conn = shared_or_new(redis, reconnect_timeout=reconnect_timeout)
-        self._max_backoff = float(max_backoff)
         self._queues: dict[tuple[str, str], AsyncDelayQueue] = {}
         self._known_queues: set[tuple[str, str]] = set()
+        self._missed: list[int] = []  # the batch in hand's rows that found no task
         self._stop_event: asyncio.Event | None = None
-        self._db_backoff = _FIRST_BACKOFF_S
+        self._outage = Outage(_FIRST_BACKOFF_S, float(max_backoff))
         self._stopping = False
         self.stats = RelayStats()
         self.connected = asyncio.Event()  # set while both connections are up (for tests)
@@ -160,21 +276,15 @@ class AsyncRelay:
                     await self._serve()
                 except self._psycopg.Error as exc:
                     self.stats.database_errors += 1
-                    log.warning(
-                        "outbox relay: PostgreSQL: %s; again in %.2fs",
-                        mask_secrets(str(exc)),  # a driver may quote part of the DSN
-                        self._db_backoff,
-                    )
-                except Exception:  # a bug must not end the relay: rows wait, it retries
+                    shown = without_secrets_of(str(exc), self._dsn)  # a driver may quote it
+                    wait = self._outage.failed("PostgreSQL", shown)
+                except Exception as exc:  # a bug must not end the relay: rows wait, it retries
                     self.stats.database_errors += 1
-                    log.exception(
-                        "outbox relay: unexpected error; again in %.2fs", self._db_backoff
-                    )
+                    wait = self._outage.failed("unexpected error", repr(exc), exc_info=True)
                 else:
                     continue
                 self.connected.clear()
-                await self._pause(self._db_backoff)
-                self._db_backoff = min(self._db_backoff * 2, self._max_backoff)
+                await self._pause(wait)
                 self.stats.reconnects += 1
         finally:
             self.connected.clear()
@@ -233,21 +343,19 @@ class AsyncRelay:
             stopping = asyncio.create_task(self._stop_event.wait())
             self.connected.set()
             log.info("outbox relay %s: listening on %r", self.name, self._schema.channel)
-            self._db_backoff = _FIRST_BACKOFF_S  # connected: the next outage starts afresh
-            redis_backoff = _FIRST_BACKOFF_S
             try:
                 while not self._stopping:
                     wake.clear()
                     await heartbeat.beat(self)  # liveness for the exporter (_heartbeat.py)
                     try:
                         await self._drain(work)
-                        redis_backoff = _FIRST_BACKOFF_S
-                    except _REDIS_DOWN as exc:  # the batch rolled back: rows wait for Redis
+                    except _RETRY_BATCH as exc:  # the batch rolled back: rows wait for Redis
                         self.stats.redis_errors += 1
-                        log.warning("outbox relay: Redis: %s; again in %.2fs", exc, redis_backoff)
-                        await self._pause(redis_backoff)
-                        redis_backoff = min(redis_backoff * 2, self._max_backoff)
+                        await self._pause(self._outage.failed("Redis", truncated(str(exc))))
                         continue
+                    # Only a batch that went through ends an outage (not a reconnect: a
+                    # commit that fails each time would otherwise retry at the first pace).
+                    self._outage.ended()
                     woken = asyncio.create_task(wake.wait())
                     await asyncio.wait(
                         (woken, listening, stopping),
@@ -283,21 +391,29 @@ class AsyncRelay:
                     pass  # past BEGIN's and DECLARE's results to FETCH's rows
                 names = [c.name for c in cur.description]
                 rows = [dict(zip(names, r, strict=True)) for r in await cur.fetchall()]
-                done, dead = await self._apply(rows) if rows else ([], [])
+                done, dead, missed = await self._apply(rows) if rows else ([], [], [])
                 for seq, error in dead:
                     await conn.execute(self._bury, {"seq": seq, "error": error[:4000]})
-                await conn.execute(self._schema.finish_claim(done))
+                await conn.execute(self._schema.finish_claim(done, missed))
             except BaseException:
+                self._receipts.forget()
                 await self._rollback(conn)
                 raise
             if not rows:
                 return handled
+            await self._settle()
             self.stats.batches += 1
             self.stats.last_lag_s = max(float(r["age_s"]) for r in rows)
             handled += len(rows)
             if len(rows) < self._batch:
                 return handled
         return handled
+
+    async def _settle(self) -> None:
+        try:
+            await self._receipts.settle()
+        except DelayqError as exc:  # the receipts then expire at their full retention
+            log.debug("outbox relay: could not settle receipts: %s", exc)
 
     async def _rollback(self, conn: Any) -> None:
         """End a failed batch: its rows unlock for any relay. A broken connection needs no
@@ -309,13 +425,20 @@ class AsyncRelay:
 
     async def _apply(
         self, rows: Sequence[Mapping[str, Any]]
-    ) -> tuple[list[int], list[tuple[int, str]]]:
-        """Apply claimed rows in ``seq`` order per queue; the seqs to delete and the rows that
-        cannot be applied, with why. A Redis outage raises (the caller rolls back)."""
+    ) -> tuple[list[int], list[tuple[int, str]], list[int]]:
+        """Apply claimed rows in ``seq`` order per queue; the seqs to delete, the rows that
+        cannot be applied, with why, and the cancels and reschedules that found no task. A
+        Redis outage (or a durability shortfall) raises: the caller rolls back, and the rows
+        applied meanwhile are refused by their receipts when they are claimed again."""
         done: list[int] = []
         dead: list[tuple[int, str]] = []
+        self._missed = []
         per_queue: dict[tuple[str, str], list[Claimed]] = {}
         for row in rows:
+            too_large = self._too_large(row)
+            if too_large is not None:
+                dead.append((int(row["seq"]), too_large))
+                continue
             try:
                 item = check_row(row, self._known_queues)
             except (InvalidTaskError, ConfigError) as exc:
@@ -323,22 +446,39 @@ class AsyncRelay:
                 continue
             per_queue.setdefault((item.prefix, item.queue), []).append(item)
         for (prefix, name), items in per_queue.items():
-            queue = self._queue(prefix, name)
-            run: list[Claimed] = []
-            for item in items:  # consecutive offers of one dedup mode go in one call
-                if run and (item.op != "offer" or item.dedup != run[0].dedup):
-                    await self._offer_run(queue, run, done, dead)
-                    run = []
-                if item.op == "offer":
-                    run.append(item)
-                else:
-                    await self._apply_one(queue, item, done, dead)
-            if run:
-                await self._offer_run(queue, run, done, dead)
+            applied: list[int] = []
+            try:
+                await self._apply_queue(self._queue(prefix, name), items, applied, dead)
+            except _RETRY_BATCH:
+                raise
+            except Exception as exc:  # this queue alone cannot be served: its rows go dead
+                reason = f"{type(exc).__name__}: {exc}"
+                settled = set(applied) | {seq for seq, _ in dead} | set(self._missed)
+                dead += [(item.seq, reason) for item in items if item.seq not in settled]
+            done += applied
         self.stats.dead += len(dead)
         for seq, error in dead:
-            log.error("outbox relay: row %d is dead: %s", seq, error)
-        return done, dead
+            log.error("outbox relay: row %d is dead: %s", seq, truncated(error))
+        return done, dead, self._missed
+
+    async def _apply_queue(
+        self,
+        queue: AsyncDelayQueue,
+        items: list[Claimed],
+        done: list[int],
+        dead: list[tuple[int, str]],
+    ) -> None:
+        run: list[Claimed] = []
+        for item in items:  # consecutive offers of one dedup mode go in one call
+            if run and (item.op != "offer" or item.dedup != run[0].dedup):
+                await self._offer_run(queue, run, done, dead)
+                run = []
+            if item.op == "offer":
+                run.append(item)
+            else:
+                await self._apply_one(queue, item, done, dead)
+        if run:
+            await self._offer_run(queue, run, done, dead)
 
     def _queue(self, prefix: str, name: str) -> AsyncDelayQueue:
         queue = self._queues.get((prefix, name))
@@ -347,9 +487,21 @@ class AsyncRelay:
                 self._conn, self._owns_conn = shared_or_new(
                     self._redis, reconnect_timeout=self._reconnect_timeout, client_name=APP_NAME
                 )
-            queue = self._conn.queue(name, prefix=prefix)
+            fmt = self._formats.get(name)
+            durability = fmt.durability if fmt and fmt.durability else self._durability
+            queue = self._conn.queue(name, prefix=prefix, durability=durability)
             self._queues[(prefix, name)] = queue
         return queue
+
+    def _too_large(self, row: Mapping[str, Any]) -> str | None:
+        """Why an offer row is over its queue's ``max_payload_bytes``, if it is (checked
+        before the row is parsed: the claim did not even read an envelope over the largest)."""
+        fmt = self._formats.get(row["queue"]) if isinstance(row["queue"], str) else None
+        limit = fmt.max_payload_bytes if fmt else _DEFAULT_FORMAT.max_payload_bytes
+        size = row.get("envelope_bytes") or 0
+        if row["op"] != "offer" or size <= limit:
+            return None
+        return f"InvalidTaskError: the task is {size} bytes, over max_payload_bytes ({limit})"
 
     async def _offer_run(
         self,
@@ -358,9 +510,8 @@ class AsyncRelay:
         done: list[int],
         dead: list[tuple[int, str]],
     ) -> None:
-        specs = [item.spec for item in run if item.spec is not None]
         try:
-            ids = await _offer_encoded(queue, DedupMode(run[0].dedup), specs)
+            statuses = await self._receipts.offer(queue, DedupMode(run[0].dedup), run)
         except ServerError:
             if len(run) == 1:
                 await self._blame_row(queue, run[0], dead)
@@ -368,13 +519,16 @@ class AsyncRelay:
             for item in run:  # find the row Redis refuses; the others go through
                 await self._offer_run(queue, [item], done, dead)
             return
-        for item, task_id in zip(run, ids, strict=True):
-            if getattr(task_id, "outcome", None) == "conflict":
+        for item, status in zip(run, statuses, strict=True):
+            if status == CONFLICT:
                 # As DelayQueue.offer would (TaskIdConflict): the task holding the producer's
                 # chosen id is kept, and the row goes dead to be seen.
                 dead.append((item.seq, f"TaskIdConflict: {_CONFLICT}"))
+                continue
+            done.append(item.seq)
+            if status == APPLIED_BEFORE:
+                self.stats.duplicates += 1
             else:
-                done.append(item.seq)
                 self.stats.offered += 1
 
     async def _apply_one(
@@ -386,21 +540,32 @@ class AsyncRelay:
     ) -> None:
         try:
             if item.op == "cancel":
-                await queue.cancel(item.task_id)
-                self.stats.cancelled += 1
-            elif item.due_kind == "d":
-                await queue.reschedule(item.task_id, item.delay_s)
-                self.stats.rescheduled += 1
+                outcome = await self._receipts.cancel(queue, item)
             else:
-                await queue.reschedule(item.task_id, at=item.delay_s)
-                self.stats.rescheduled += 1
+                outcome = await self._receipts.reschedule(queue, item)
         except ServerError:
             await self._blame_row(queue, item, dead)
             return
         except InvalidTaskError as exc:
             dead.append((item.seq, f"{type(exc).__name__}: {exc}"))
             return
+        if outcome is Outcome.MISSING and not item.dropped:
+            # Never reported as applied: the row stays as 'missed' (outbox status shows it),
+            # counted apart and logged (the task was delivered, cancelled or never existed).
+            self._missed.append(item.seq)
+            self.stats.missing += 1
+            log.info(
+                "outbox relay: %s of task %s in %s found no waiting task",
+                item.op, item.task_id, printable(queue.name),
+            )  # fmt: skip
+            return
         done.append(item.seq)
+        if outcome is Outcome.DUPLICATE:
+            self.stats.duplicates += 1
+        elif item.op == "cancel":  # a dropped offer counts: it never reached Redis
+            self.stats.cancelled += 1
+        else:
+            self.stats.rescheduled += 1
 
     async def _blame_row(
         self, queue: AsyncDelayQueue, item: Claimed, dead: list[tuple[int, str]]
@@ -412,17 +577,3 @@ class AsyncRelay:
         except DelayqError as probe:
             raise RedisUnavailable(f"Redis refuses the queue {queue.name!r}: {probe}") from probe
         dead.append((item.seq, f"Redis refused the {item.op}"))
-
-
-async def _offer_encoded(
-    queue: AsyncDelayQueue, mode: DedupMode, specs: list[OfferSpec]
-) -> Sequence[str]:
-    """Offer tasks encoded when the producer wrote the row, under the producer's ids.
-
-    The outbox encoded each payload with the queue's own code inside the producer's
-    transaction, so the relay passes the bytes on rather than decoding and re-encoding them
-    (it may not even have the payload types). This is the one call into the queue's offer
-    path below ``offer_many``: ids are never redrawn, because the producer already returned
-    them.
-    """
-    return await queue._offer_encoded(mode, specs)

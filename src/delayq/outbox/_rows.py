@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from .._core.codecs import load_json, load_msgpack
+from .._core.durability import Durability
 from .._core.envelope import BARE, EnvelopeCodec
 from .._core.keys import QueueKeys
 from .._core.models import DedupMode
@@ -27,18 +28,22 @@ from ..exceptions import ConfigError, DecodeError, InvalidTaskError
 # What the offer script parses out of an options field (offer.lua).
 _OPTIONS: Final = re.compile(r"(?:[0-9]\|[0-9]+\|[0-9]+\|.*)?", re.DOTALL)
 _EPOCH_MS_LIMIT: Final = 253402300799000
+_APPLY_ID: Final = re.compile(r"[0-9a-f-]{32,36}")
 
 
 @dataclass(frozen=True, slots=True)
 class QueueFormat:
-    """How the tasks of one queue are encoded: the same options as the queue's own
-    (``codec``, ``payload_type``, ``max_payload_bytes``, ``dedup``). The relay needs none of
-    them: it moves the encoded bytes."""
+    """How the tasks of one queue are encoded and written: the same options as the queue's
+    own (``codec``, ``payload_type``, ``max_payload_bytes``, ``dedup``, ``durability``). The
+    outbox encodes with them; the relay, which moves the encoded bytes, uses
+    ``max_payload_bytes`` (a row over it goes dead) and ``durability`` (it waits for it before
+    it deletes the rows)."""
 
     codec: str = "json"
     payload_type: type | None = None
     max_payload_bytes: int = 1 << 20
     dedup: str = "keep"
+    durability: Durability | None = None
 
     def options(self, prefix: str = "dq") -> QueueOptions:
         """These options checked as a queue checks its own (:class:`ConfigError`)."""
@@ -48,6 +53,7 @@ class QueueFormat:
             max_payload_bytes=self.max_payload_bytes,
             dedup=self.dedup,
             prefix=prefix,
+            durability=self.durability,
         )
 
     def envelope_codec(self) -> EnvelopeCodec:
@@ -146,6 +152,8 @@ class Claimed:
     spec: OfferSpec | None
     dedup: str
     age_s: float
+    apply_id: str = ""  # the row's own id, recorded by the script that applies it
+    dropped: bool = False  # a cancel that dropped the task's rows not relayed yet
 
     @property
     def delay_s(self) -> float:
@@ -177,7 +185,11 @@ def check_row(row: Mapping[str, Any], known: set[tuple[str, str]] | None = None)
         _check_envelope(envelope)
         options = row["options"]
         if not isinstance(options, str) or not _OPTIONS.fullmatch(options):
-            raise InvalidTaskError(f"offer row has malformed options {options!r}")
+            raise InvalidTaskError(f"offer row has malformed options {repr(options)[:100]}")
+        if options and any(_out_of_range(ms) for ms in options.split("|", 3)[1:3]):
+            raise InvalidTaskError(
+                f"offer row has a ttl or key_ttl out of range ({options[:60]!r})"
+            )
         _dedup_of_row(row["dedup"])
         spec = OfferSpec(task_id, f"{due_kind}{due_ms}", envelope, options)
     elif op != "cancel" and op != "reschedule":
@@ -193,7 +205,19 @@ def check_row(row: Mapping[str, Any], known: set[tuple[str, str]] | None = None)
         spec=spec,
         dedup=str(row["dedup"]),
         age_s=float(row["age_s"]),
+        apply_id=_apply_id_of(row.get("apply_id")),
+        dropped=op == "cancel" and row.get("options") == "dropped",
     )
+
+
+def _apply_id_of(value: object) -> str:
+    if not isinstance(value, str) or not _APPLY_ID.fullmatch(value):
+        raise InvalidTaskError(f"row has a malformed apply id {value!r}")
+    return value
+
+
+def _out_of_range(ms: str) -> bool:
+    return len(ms) > 15 or int(ms) > MAX_DELAY_MS  # a huge digit string never reaches int()
 
 
 def _dedup_of_row(value: object) -> None:

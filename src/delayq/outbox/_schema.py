@@ -8,6 +8,10 @@ One row is one operation on one task, in commit order by ``seq``:
 - ``cancel``: no other column is used.
 - ``reschedule``: ``due_kind`` and ``due_ms`` as for an offer.
 
+Every row has its own ``apply_id`` (a UUID the database draws): the script that applies the
+row records it in the queue's hash tag and refuses it afterwards, so a row applied and then
+claimed again (its DELETE failed, its relay died before the commit) changes nothing.
+
 ``created`` is the database's ``clock_timestamp()`` at the insert. The relay turns a relative
 delay into what is left of it with the same server's clock at relay time, so the due time is
 the offer's time plus its delay however late the relay runs, and no host's own clock decides.
@@ -23,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from .._core.keys import check_prefix, validate_name
 from ..exceptions import ConfigError
 
 _IDENT: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,50}")
@@ -30,6 +35,19 @@ _PARAM: Final = re.compile(r"(?<![:\w]):([a-z_]\w*)")
 # Rows a relay claims per transaction by default: one offer script call per queue per batch.
 DEFAULT_BATCH: Final = 500
 OPS: Final = ("offer", "cancel", "reschedule")
+_LONGEST_CHANNEL: Final = 63  # PostgreSQL's NAMEDATALEN - 1: a longer channel name fails
+
+
+def _scope(prefixes: Sequence[str], queues: Sequence[str]) -> str:
+    """The claim's filter for a relay scoped to some prefixes and queues. Names are
+    literals here: each was checked against the key-name rules (no quote can pass)."""
+    parts = []
+    for column, names, check in (("prefix", prefixes, check_prefix), ("queue", queues, None)):
+        if names:
+            checked = [check(n) if check else validate_name(n) for n in names]
+            listed = ", ".join(f"'{n}'" for n in checked)
+            parts.append(f"AND o.{column} IN ({listed}) ")
+    return "".join(parts)
 
 
 def for_psycopg(sql: str) -> str:
@@ -57,6 +75,16 @@ class Schema:
         _ident(self.table, "table")
         if self.schema is not None:
             _ident(self.schema, "schema")
+            if self.schema.lower() == "information_schema" or self.schema.lower().startswith("pg_"):
+                raise ConfigError(
+                    f"schema {self.schema!r} is PostgreSQL's own: choose a schema of yours"
+                )
+        if len(self.channel) > _LONGEST_CHANNEL:
+            raise ConfigError(
+                f"schema and table name the NOTIFY channel {self.channel!r}, "
+                f"{len(self.channel)} characters: PostgreSQL allows {_LONGEST_CHANNEL} "
+                "(shorten either)"
+            )
 
     @property
     def qualified(self) -> str:
@@ -96,9 +124,26 @@ class Schema:
                 options text NOT NULL DEFAULT '',
                 dedup text NOT NULL DEFAULT 'keep',
                 created timestamptz NOT NULL DEFAULT clock_timestamp(),
-                status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'dead')),
-                error text
+                status text NOT NULL DEFAULT 'pending'
+                    CHECK (status IN ('pending', 'dead', 'missed')),
+                error text,
+                apply_id uuid NOT NULL DEFAULT gen_random_uuid()
             )""",
+            # A table installed before apply ids: add them (each existing row gets its own).
+            f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS apply_id uuid NOT NULL "
+            "DEFAULT gen_random_uuid()",
+            # 'missed': a cancel or reschedule that found no waiting task, kept to be seen.
+            # A table installed before it has the older check (under a name PostgreSQL chose).
+            f"""DO $$ DECLARE c text; BEGIN
+                FOR c IN SELECT conname FROM pg_constraint
+                    WHERE conrelid = CAST('{t}' AS regclass) AND contype = 'c'
+                    AND position('status' in pg_get_constraintdef(oid)) > 0
+                    AND position('missed' in pg_get_constraintdef(oid)) = 0 LOOP
+                    EXECUTE 'ALTER TABLE {t} DROP CONSTRAINT ' || quote_ident(c);
+                    EXECUTE 'ALTER TABLE {t} ADD CHECK '
+                        || '(status IN (''pending'', ''dead'', ''missed''))';
+                END LOOP;
+            END $$""",
             # The relay's claim walks pending rows in seq order, and looks up earlier rows of
             # the same task: both indexes hold pending rows only, so they stay small.
             f'CREATE INDEX IF NOT EXISTS "{self.table}_pending" ON {t} (seq) '
@@ -129,18 +174,25 @@ class Schema:
     def cancel(self) -> str:
         """A cancel row; first drops the task's rows no relay holds right now (an offer not
         relayed yet never reaches Redis). The cancel row is written anyway: a dropped row may
-        have been offered by a relay that died before its commit."""
+        have been offered by a relay that died before its commit. Its ``options`` say
+        ``dropped`` if it dropped rows: then finding no task in Redis is what is expected,
+        not a missed cancel."""
         t = self.qualified
         return (
             f"WITH dropped AS (DELETE FROM {t} WHERE seq IN ("
             f"SELECT seq FROM {t} WHERE queue = :queue AND task_id = :task_id "
-            "AND prefix = :prefix AND status = 'pending' FOR UPDATE SKIP LOCKED)) "
-            f"INSERT INTO {t} (prefix, queue, task_id, op) "
-            "VALUES (:prefix, :queue, :task_id, 'cancel')"
+            "AND prefix = :prefix AND status = 'pending' FOR UPDATE SKIP LOCKED) RETURNING seq) "
+            f"INSERT INTO {t} (prefix, queue, task_id, op, options) "
+            "SELECT :prefix, :queue, :task_id, 'cancel', "
+            "CASE WHEN EXISTS (SELECT 1 FROM dropped) THEN 'dropped' ELSE '' END"
         )
 
-    @property
-    def claim(self) -> str:
+    def claim(
+        self,
+        max_row_bytes: int = 1 << 20,
+        prefixes: Sequence[str] = (),
+        queues: Sequence[str] = (),
+    ) -> str:
         """The pending rows no other relay holds, in ``seq`` order, each the earliest pending
         row of its task (so a task's rows are applied in order, whichever relays run), locked
         until the claiming transaction ends. ``due_ms`` of a relative row comes back as what
@@ -158,28 +210,48 @@ class Schema:
             "CASE WHEN o.due_kind = 'd' AND o.due_ms >= 0 THEN GREATEST(0, o.due_ms - CAST(floor("
             "extract(epoch FROM clock_timestamp() - o.created) * 1000) AS bigint)) "
             "ELSE o.due_ms END AS due_ms, "
-            "o.envelope, o.options, o.dedup, "
+            # A row over the relay's largest max_payload_bytes is not even read (it goes dead
+            # by its size): a batch holds at most batch x that many bytes of envelopes.
+            f"CASE WHEN octet_length(o.envelope) <= {int(max_row_bytes)} THEN o.envelope END "
+            "AS envelope, octet_length(o.envelope) AS envelope_bytes, "
+            "o.options, o.dedup, CAST(o.apply_id AS text) AS apply_id, "
             "CAST(extract(epoch FROM clock_timestamp() - o.created) AS float8) AS age_s "
-            f"FROM {t} o WHERE o.status = 'pending' AND o.seq = ("
+            f"FROM {t} o WHERE o.status = 'pending' {_scope(prefixes, queues)}AND o.seq = ("
             f"SELECT p.seq FROM {t} p WHERE p.queue = o.queue AND p.task_id = o.task_id "
             "AND p.status = 'pending' AND p.prefix = o.prefix ORDER BY p.seq LIMIT 1) "
             "ORDER BY o.seq FOR UPDATE OF o SKIP LOCKED"
         )
 
-    def claim_batch(self, batch: int) -> str:
-        """BEGIN, then :attr:`claim` as a cursor and its first ``batch`` rows: one round trip
-        (simple query protocol, no parameters; ``batch`` is an int)."""
+    def claim_batch(
+        self,
+        batch: int,
+        max_row_bytes: int = 1 << 20,
+        prefixes: Sequence[str] = (),
+        queues: Sequence[str] = (),
+    ) -> str:
+        """BEGIN, then :meth:`claim` as a cursor and its first ``batch`` rows: one round trip
+        (simple query protocol, no parameters: ``batch`` and ``max_row_bytes`` are ints, the
+        scope's names were checked by :func:`_scope`)."""
+        claim = self.claim(max_row_bytes, prefixes, queues)
         return (
-            f"BEGIN; DECLARE delayq_claim NO SCROLL CURSOR FOR {self.claim}; "
+            f"BEGIN; DECLARE delayq_claim NO SCROLL CURSOR FOR {claim}; "
             f"FETCH FORWARD {int(batch)} FROM delayq_claim"
         )
 
-    def finish_claim(self, seqs: Sequence[int]) -> str:
-        """Delete the relayed rows and commit, in one round trip (``seqs`` are ints)."""
-        if not seqs:
-            return "COMMIT"
-        listed = ", ".join(str(int(seq)) for seq in seqs)
-        return f"DELETE FROM {self.qualified} WHERE seq IN ({listed}); COMMIT"
+    def finish_claim(self, seqs: Sequence[int], missed: Sequence[int] = ()) -> str:
+        """Delete the relayed rows, keep the ``missed`` ones (a cancel or reschedule that
+        found no waiting task) as such, and commit, in one round trip (``seqs`` are ints)."""
+        statements = []
+        if seqs:
+            listed = ", ".join(str(int(seq)) for seq in seqs)
+            statements.append(f"DELETE FROM {self.qualified} WHERE seq IN ({listed})")
+        if missed:
+            listed = ", ".join(str(int(seq)) for seq in missed)
+            statements.append(
+                f"UPDATE {self.qualified} SET status = 'missed', error = 'found no waiting "
+                f"task' WHERE seq IN ({listed})"
+            )
+        return "; ".join([*statements, "COMMIT"])
 
     @property
     def bury(self) -> str:
@@ -198,7 +270,17 @@ class Schema:
     def dead(self) -> str:
         return (
             "SELECT seq, prefix, queue, task_id, op, created, error "
-            f"FROM {self.qualified} WHERE status = 'dead' ORDER BY seq LIMIT :limit"
+            f"FROM {self.qualified} WHERE status = :status ORDER BY seq LIMIT :limit"
+        )
+
+    @property
+    def purge(self) -> str:
+        """Delete rows of one status ('dead' or 'missed'), oldest first, a bounded batch at a
+        time (each statement stays short on a large table)."""
+        t = self.qualified
+        return (
+            f"DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE status = :status "
+            "ORDER BY seq LIMIT :limit)"
         )
 
     @property

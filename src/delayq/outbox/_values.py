@@ -17,6 +17,7 @@ class QueueBacklog:
     pending: int
     dead: int
     oldest_pending_age: float | None  # seconds, on the database's clock
+    missed: int = 0  # cancels and reschedules that found no waiting task
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,7 @@ class OutboxStatus:
     dead: int
     oldest_pending_age: float | None  # the relay lag: seconds the oldest pending row waited
     queues: tuple[QueueBacklog, ...]
+    missed: int = 0  # cancels and reschedules that found no waiting task (kept as rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,12 +48,14 @@ def status_of(rows: Sequence[Mapping[str, Any]]) -> OutboxStatus:
     """The status from the rows of ``Schema.status`` (a count per queue and status)."""
     per: dict[tuple[str, str], dict[str, Any]] = {}
     for row in rows:
-        entry = per.setdefault((row["prefix"], row["queue"]), {"pending": 0, "dead": 0})
+        entry = per.setdefault(
+            (row["prefix"], row["queue"]), {"pending": 0, "dead": 0, "missed": 0}
+        )
         entry[row["status"]] = int(row["n"])
         if row["status"] == "pending":
             entry["oldest"] = float(row["oldest_s"])
     queues = tuple(
-        QueueBacklog(prefix, queue, e["pending"], e["dead"], e.get("oldest"))
+        QueueBacklog(prefix, queue, e["pending"], e["dead"], e.get("oldest"), e["missed"])
         for (prefix, queue), e in per.items()
     )
     ages = [q.oldest_pending_age for q in queues if q.oldest_pending_age is not None]
@@ -60,6 +64,7 @@ def status_of(rows: Sequence[Mapping[str, Any]]) -> OutboxStatus:
         dead=sum(q.dead for q in queues),
         oldest_pending_age=max(ages) if ages else None,
         queues=queues,
+        missed=sum(q.missed for q in queues),
     )
 
 

@@ -185,3 +185,31 @@ local function land_task(id, due_ms, envelope, err, now)
   count('offered', 1)
   return 1
 end
+
+-- Outbox receipts. An outbox row carries a unique apply id; the script that applies it
+-- (offer, cancel, reschedule) records the id in the shard's applied set (a ZSET id -> ms
+-- until which it is kept, passed as an extra key) in the same atomic step, and refuses the
+-- id while it is there: a relay that wrote, failed to commit and retries, or a second relay
+-- that claimed the same row, changes nothing. Expired receipts go on each use. A refusal is
+-- counted (applied_before): a write, so a WAIT after it also confirms the first application.
+local function unapplied(applied, apply_ids, now)
+  redis.call('ZREMRANGEBYSCORE', applied, '-inf', now)
+  local found = redis.call('ZMSCORE', applied, unpack(apply_ids))
+  local fresh, refused = {}, 0
+  for i = 1, #apply_ids do
+    fresh[i] = not found[i]
+    if found[i] then refused = refused + 1 end
+  end
+  count('applied_before', refused)
+  return fresh
+end
+
+local function record_applied(applied, apply_ids, now, keep_ms)
+  if #apply_ids == 0 then return end
+  local fields = {}
+  for _, apply_id in ipairs(apply_ids) do
+    fields[#fields + 1] = fmt(now + keep_ms)
+    fields[#fields + 1] = apply_id
+  end
+  redis.call('ZADD', applied, unpack(fields))
+end

@@ -8,6 +8,7 @@
 --         envelope;
 --         options: '' (priority 0, no key, no ttl) or 'priority|key_ttl_ms|ttl_ms|key'
 --           (key '' = none, ttl 0 = never expires).
+-- Error LAYOUT_RETIRED: a finished reshard retired this (sub-)queue (nothing written).
 -- Reply: {id_1, status_1, ...}; status 1 = created, 2 = replaced, 0 = an existing task matched
 --        by id (same envelope) or key (its id is returned), 3 = a task with other content holds
 --        the id, and is left as it is (for a generated id: two producers drew the same one, and
@@ -15,9 +16,24 @@
 --        given twice in one batch is judged against the content its first offer wrote.
 -- Tasks without a key are written with one HSET and one ZADD for the whole batch; a single
 -- plain task takes a shorter path.
+-- Outbox rows (optional): KEYS[14] the shard's applied set; then ARGV ends with one apply id
+-- per task and the ms to keep their receipts. A task whose apply id was recorded is skipped
+-- with status 4 (applied before); the others' ids are recorded, except status 3's.
+-- A layout that a finished reshard retired takes no new task: the caller's layout is stale
+-- (error LAYOUT_RETIRED: it reads the layout again and writes there).
+if redis.call('HEXISTS', K_COUNTERS, 'retired') == 1 then
+  return redis.error_reply('LAYOUT_RETIRED this layout of the queue was resharded away')
+end
 local mode = ARGV[1]
-local n = (#ARGV - 1) / 4
 local now, later = now_ms()
+local applied = KEYS[14]
+local n = applied and (#ARGV - 2) / 5 or (#ARGV - 1) / 4
+local fresh = nil
+if applied then
+  local apply_ids = {}
+  for i = 1, n do apply_ids[i] = ARGV[1 + 4 * n + i] end
+  fresh = unapplied(applied, apply_ids, now)
+end
 local old_head = head_score(K_DELAYED)
 local new_min = nil
 local created = 0
@@ -26,7 +42,7 @@ local task_fields, delayed_fields, expiry_fields = {}, {}, {}
 local seen = {}  -- id -> envelope, for ids this call wrote: later items must see them
 
 -- The common single offer (no key, ttl or priority) in as few commands as possible.
-if n == 1 and ARGV[5] == '' then
+if n == 1 and ARGV[5] == '' and not applied then
   local id, due_arg = ARGV[2], ARGV[3]
   local due = tonumber(string.sub(due_arg, 2))
   if string.byte(due_arg, 1) == 100 then due = (due > 0 and later or now) + due end
@@ -84,11 +100,14 @@ for i = 0, n - 1 do
   local holder = nil
   if held then
     holder = id
-  elseif key ~= '' then
+  elseif key ~= '' and not (fresh and not fresh[i + 1]) then
     holder = holder_of(key)
   end
 
-  if holder == id and held ~= envelope then
+  if fresh and not fresh[i + 1] then
+    reply[#reply + 1] = id
+    reply[#reply + 1] = 4
+  elseif holder == id and held ~= envelope then
     reply[#reply + 1] = id
     reply[#reply + 1] = 3
   elseif holder and holder ~= id and mode == 'replace' and redis.call('ZSCORE', K_DELAYED, holder) then
@@ -137,5 +156,12 @@ if #task_fields > 0 then
 end
 if #expiry_fields > 0 then redis.call('ZADD', K_EXPIRY, unpack(expiry_fields)) end
 count('offered', created)
+if fresh then
+  local recorded = {}
+  for i = 1, n do
+    if fresh[i] and reply[2 * i] ~= 3 then recorded[#recorded + 1] = ARGV[1 + 4 * n + i] end
+  end
+  record_applied(applied, recorded, now, tonumber(ARGV[#ARGV]))
+end
 announce_if_earlier(new_min, old_head)
 return reply

@@ -23,7 +23,8 @@ from .conf import delayq_settings
 from .database import alias_of, check_postgresql, conninfo, raw_connection
 
 # The DelayQueue options that decide how a task is encoded, which the outbox must share.
-_FORMAT_OPTIONS = ("codec", "payload_type", "max_payload_bytes", "dedup")
+# (durability: the relay waits for it before it deletes the rows, as an offer would.)
+_FORMAT_OPTIONS = ("codec", "payload_type", "max_payload_bytes", "dedup", "durability")
 
 _lock = threading.Lock()
 _outboxes: dict[str, Outbox] = {}

@@ -123,10 +123,26 @@ class Outbox:
         with admin(self._database) as conn:
             return status_of(execute(conn, self._schema.status))
 
-    def dead(self, limit: int = 100) -> list[DeadRow]:
-        """Rows the relay could not apply, oldest first."""
+    def dead(self, limit: int = 100, *, missed: bool = False) -> list[DeadRow]:
+        """Rows the relay could not apply, oldest first (with ``missed``: the cancels and
+        reschedules that found no waiting task)."""
+        params = {"limit": limit, "status": "missed" if missed else "dead"}
         with admin(self._database) as conn:
-            return dead_rows(execute(conn, self._schema.dead, {"limit": limit}))
+            return dead_rows(execute(conn, self._schema.dead, params))
+
+    def purge_dead(self, *, missed: bool = False) -> int:
+        """Delete the dead rows (with ``missed``, the cancels and reschedules that found no
+        task instead), in batches of 10,000; the count. What they held is gone for good."""
+        status = "missed" if missed else "dead"
+        total = 0
+        while True:
+            with admin(self._database) as conn:
+                rows = execute(
+                    conn, self._schema.purge + " RETURNING seq", {"status": status, "limit": 10000}
+                )
+            total += len(rows)
+            if len(rows) < 10000:
+                return total
 
     def requeue_dead(self) -> int:
         """Make every dead row pending again (after fixing what was wrong); the count."""

@@ -7,13 +7,16 @@ import logging
 import signal
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.connection import ConnectionDoesNotExist
 
 from .....exceptions import ConfigError
-from .....outbox import AsyncRelay
+from .....outbox import AsyncRelay, QueueFormat
 from ...conf import delayq_settings
 from ...database import conninfo
+from ...outbox import format_options
 
 log = logging.getLogger("delayq.outbox")
 
@@ -41,9 +44,21 @@ class Command(BaseCommand):
                 for name in ("batch_size", "sweep_interval")
                 if options.get(name) is not None
             }
-            relay = AsyncRelay(conninfo(options.get("database")), conf.redis_url, **relay_options)
+            # Each queue's OPTIONS that the relay honours: max_payload_bytes, durability.
+            formats = {
+                name: QueueFormat(**format_options(queue.options))
+                for name, queue in conf.queues.items()
+            }
+            relay = AsyncRelay(
+                conninfo(options.get("database")), conf.redis_url, queues=formats, **relay_options
+            )
         except (ImproperlyConfigured, ConfigError) as exc:
             raise CommandError(str(exc)) from exc
+        except ConnectionDoesNotExist as exc:
+            raise CommandError(
+                f"unknown database {options.get('database')!r} (DATABASES has "
+                f"{', '.join(sorted(settings.DATABASES)) or 'none'})"
+            ) from exc
         # The command is the program, so it may set logging up (a library never does).
         if not logging.getLogger().handlers:
             logging.basicConfig(
