@@ -40,6 +40,7 @@ PAIRS: list[tuple[str, str]] = [
     ("src/delayq/_async/connection.py", "src/delayq/_sync/connection.py"),
     ("src/delayq/_async/subscriber.py", "src/delayq/_sync/subscriber.py"),
     ("src/delayq/_async/sentinel.py", "src/delayq/_sync/sentinel.py"),
+    ("src/delayq/_async/schedules.py", "src/delayq/_sync/schedules.py"),
     # the outbox
     ("src/delayq/outbox/_async/outbox.py", "src/delayq/outbox/_sync/outbox.py"),
     # tests of both front ends (flavor.py is written by hand on each side)
@@ -67,6 +68,7 @@ RULES: list[tuple[str, str]] = [
     (r"\bAsyncConsumer\b", "Consumer"),
     (r"\bAsyncWorker\b", "Worker"),
     (r"\bAsyncOutbox\b", "Outbox"),
+    (r"\bAsyncSchedules\b", "Schedules"),
     (r"\baconnect\b", "connect"),
     # the language
     (r"\b__aiter__\b", "__iter__"),

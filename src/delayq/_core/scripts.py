@@ -28,6 +28,10 @@ class Op(StrEnum):
     BURY = "bury"
     TASKS = "tasks"
     PURGE = "purge"
+    SCHEDULE_UPSERT = "schedule_upsert"
+    SCHEDULE_REFILL = "schedule_refill"
+    SCHEDULE_CONTROL = "schedule_control"
+    SCHEDULE_INFO = "schedule_info"
 
 
 @dataclass(frozen=True, slots=True)
