@@ -45,6 +45,10 @@ PAIRS: list[tuple[str, str]] = [
     ("src/delayq/outbox/_async/outbox.py", "src/delayq/outbox/_sync/outbox.py"),
     # tests of both front ends (flavor.py is written by hand on each side)
     ("tests/integration/_async/test_smoke.py", "tests/integration/_sync/test_smoke.py"),
+    (
+        "tests/integration/_async/test_schedule_api.py",
+        "tests/integration/_sync/test_schedule_api.py",
+    ),
     ("tests/integration/_async/test_outbox.py", "tests/integration/_sync/test_outbox.py"),
     ("tests/integration/_async/test_faults.py", "tests/integration/_sync/test_faults.py"),
     ("tests/integration/_async/test_cluster.py", "tests/integration/_sync/test_cluster.py"),
