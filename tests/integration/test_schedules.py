@@ -398,7 +398,7 @@ def test_bad_upserts_are_clear_errors_and_write_nothing(make_queue: Make) -> Non
         q.schedules.upsert("bad", "x", every=1, id="fixed")  # type: ignore[call-arg]
     with pytest.raises(ConfigError, match="set by delayq"):
         q.schedules.upsert("bad", "x", every=1, headers={"delayq-schedule": "x"})
-    with pytest.raises(ConfigError, match="schedule name"):
+    with pytest.raises(ConfigError, match="invalid schedule name"):
         q.schedules.upsert("a|b", "x", every=1)
     with pytest.raises(ConfigError, match="exactly one"):
         q.schedules.upsert("bad", "x")
@@ -451,3 +451,48 @@ def test_a_queue_without_schedules_makes_one_exists_look(make_queue: Make, redis
     scripts = [line for line in lines if line.startswith("EVALSHA")]
     assert touching and all(line.startswith("EXISTS") for line in touching), touching
     assert len(touching) <= len(scripts), "at most one look per script call"
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+
+def test_exporter_reports_schedule_fires_next_fire_and_last_success(
+    make_queue: Make, redis_url: str, prefix: str
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from delayq.metrics import QueueCollector
+
+    q = make_queue("jobs")
+    sharded = make_queue("spread", shards=2)
+    q.schedules.upsert("beat", "b", every=1)
+    q.schedules.upsert("nightly", "n", cron="30 2 * * *", tz="Europe/London")
+    sharded.schedules.upsert("s1", "s", every=60)
+    take_fires(q, 2)
+    assert q.schedules.pause("nightly")
+    collector = QueueCollector(redis_url, prefix=prefix)
+    try:
+        text = collector.render()
+    finally:
+        collector.close()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+    def get(name: str, **labels: str) -> float | None:
+        return samples.get((name, tuple(sorted(labels.items()))))
+
+    beat = {"queue": "jobs", "schedule": "beat"}
+    assert (get("delayq_schedule_fires_total", outcome="fired", **beat) or 0) >= 2
+    assert get("delayq_schedule_fires_total", outcome="missed", **beat) == 0
+    assert get("delayq_schedule_period_seconds", **beat) == 1.0
+    next_fire = get("delayq_schedule_next_fire_timestamp_seconds", **beat)
+    assert next_fire is not None and abs(next_fire - time.time()) < 5
+    assert get("delayq_schedule_last_success_timestamp_seconds", **beat) is not None
+    nightly = {"queue": "jobs", "schedule": "nightly"}
+    assert get("delayq_schedule_paused", **nightly) == 1
+    assert get("delayq_schedule_next_fire_timestamp_seconds", **nightly) is None
+    assert get("delayq_schedule_period_seconds", **nightly) == 86400
+    assert get("delayq_schedule_period_seconds", queue="spread", schedule="s1") == 60

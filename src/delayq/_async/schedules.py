@@ -198,7 +198,7 @@ class AsyncSchedules:
             _, stored = parse_info(await shard.run(Op.SCHEDULE_INFO, [LOOKAHEAD, *names]))
             for found in stored:
                 info = info_of(found, self._queue._codec, 0, 0)
-                after = max(int(found.state["cursor"]), *found.ahead)
+                after = max([int(found.state["cursor"]), *found.ahead])
                 await self._write_times(shard, found.name, info.version, info.schedule, after)
         except Exception:  # logged, and asked again by the next step
             log.warning("delayq: could not add cron times to schedules %s", names, exc_info=True)

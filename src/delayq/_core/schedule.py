@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, get_args
@@ -58,16 +59,16 @@ def _aware_ms(value: object, what: str) -> int | None:
     return round(value.timestamp() * 1000)
 
 
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,199}")
+
+
 def check_name(name: object) -> str:
-    """A schedule name: 1-200 printable characters without '|' (the scripts' separator)."""
-    if (
-        not isinstance(name, str)
-        or not 0 < len(name) <= MAX_NAME_LEN
-        or not name.isprintable()
-        or "|" in name
-    ):
+    """A schedule name: 1-200 characters from A-Z a-z 0-9 _ . : -, as a queue's (it goes into
+    key names, task ids and metric labels)."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigError(
-            f"schedule name must be 1-{MAX_NAME_LEN} printable characters without '|', got {name!r}"
+            f"invalid schedule name {name!r}: use 1-{MAX_NAME_LEN} characters from "
+            "A-Z a-z 0-9 _ . : -, starting with a letter or digit"
         )
     return name
 

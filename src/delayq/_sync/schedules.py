@@ -199,7 +199,7 @@ class Schedules:
             _, stored = parse_info(shard.run(Op.SCHEDULE_INFO, [LOOKAHEAD, *names]))
             for found in stored:
                 info = info_of(found, self._queue._codec, 0, 0)
-                after = max(int(found.state["cursor"]), *found.ahead)
+                after = max([int(found.state["cursor"]), *found.ahead])
                 self._write_times(shard, found.name, info.version, info.schedule, after)
         except Exception:  # logged, and asked again by the next step
             log.warning("delayq: could not add cron times to schedules %s", names, exc_info=True)
