@@ -496,3 +496,19 @@ def test_exporter_reports_schedule_fires_next_fire_and_last_success(
     assert get("delayq_schedule_next_fire_timestamp_seconds", **nightly) is None
     assert get("delayq_schedule_period_seconds", **nightly) == 86400
     assert get("delayq_schedule_period_seconds", queue="spread", schedule="s1") == 60
+
+
+def test_a_sleeping_consumer_wakes_for_a_new_schedules_first_fire(make_queue: Make) -> None:
+    """The upsert announces the chain's new earliest time on the queue's channel: a consumer
+    asleep on a 30 s safety interval takes the first fire on time, not 30 s later."""
+    consumer = make_queue(safety_interval=30)
+    producer = make_queue()
+    assert consumer.poll(timeout=0) is None  # subscribed, and asleep on an empty queue
+    got: list[Task] = []
+    waiting = threading.Thread(target=lambda: got.append(consumer.poll(timeout=10)))  # type: ignore[arg-type]
+    waiting.start()
+    time.sleep(0.3)  # let the consumer fall asleep (not a correctness wait)
+    producer.schedules.upsert("wake", "w", every=1)
+    waiting.join(15)
+    assert got and got[0] is not None, "the consumer slept through the first fire"
+    assert got[0].lateness_ms < 1000

@@ -284,7 +284,11 @@ local function sched_plan(name, st, now)
     redis.call('ZADD', due_key, fmt(now + 1000), name)
     return true
   end
+  -- Sleeping consumers plan their wake from the earliest time they heard of: a schedule
+  -- that now fires before the chain's earliest (an upsert, a resume) is announced.
+  local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
   redis.call('ZADD', due_key, fmt(nxt), name)
+  announce_if_earlier(score(nxt, 0), head[2] and score(tonumber(head[2]), 0))
   return st.kind == 'cron' and st.exh ~= '1'
     and redis.call('ZCARD', sched_key('sched:at:' .. name)) < SCHED_LOW
 end
