@@ -40,6 +40,7 @@ PAIRS: list[tuple[str, str]] = [
     ("src/delayq/_async/connection.py", "src/delayq/_sync/connection.py"),
     ("src/delayq/_async/subscriber.py", "src/delayq/_sync/subscriber.py"),
     ("src/delayq/_async/sentinel.py", "src/delayq/_sync/sentinel.py"),
+    ("src/delayq/_async/schedules.py", "src/delayq/_sync/schedules.py"),
     # the outbox
     ("src/delayq/outbox/_async/outbox.py", "src/delayq/outbox/_sync/outbox.py"),
     # the way off Redisson
@@ -47,6 +48,10 @@ PAIRS: list[tuple[str, str]] = [
     ("src/delayq/redisson/_async/migrate.py", "src/delayq/redisson/_sync/migrate.py"),
     # tests of both front ends (flavor.py is written by hand on each side)
     ("tests/integration/_async/test_smoke.py", "tests/integration/_sync/test_smoke.py"),
+    (
+        "tests/integration/_async/test_schedule_api.py",
+        "tests/integration/_sync/test_schedule_api.py",
+    ),
     ("tests/integration/_async/test_outbox.py", "tests/integration/_sync/test_outbox.py"),
     ("tests/integration/_async/test_faults.py", "tests/integration/_sync/test_faults.py"),
     ("tests/integration/_async/test_cluster.py", "tests/integration/_sync/test_cluster.py"),
@@ -71,6 +76,7 @@ RULES: list[tuple[str, str]] = [
     (r"\bAsyncWorker\b", "Worker"),
     (r"\bAsyncOutbox\b", "Outbox"),
     (r"\bAsync(RedissonDelayedQueue|Migration)\b", r"\1"),
+    (r"\bAsyncSchedules\b", "Schedules"),
     (r"\baconnect\b", "connect"),
     # a front end outside the package imports the connection layer's own flavour
     (r"from \.\.\._async import", "from ..._sync import"),

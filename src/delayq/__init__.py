@@ -16,6 +16,7 @@ from ._core.models import (
     TaskState,
 )
 from ._core.offers import Offer, OfferOptions, OfferOutcome, TaskId
+from ._core.schedule import Schedule, ScheduleInfo
 from ._sync.connection import Connection, connect
 from ._sync.queue import DelayQueue, Task
 from ._workers.async_worker import AsyncWorker
@@ -34,6 +35,7 @@ from .exceptions import (
     PayloadTooLarge,
     QueueClosed,
     RedisUnavailable,
+    ScheduleNotFound,
     ServerError,
     TaskIdConflict,
     WorkerFailed,
@@ -76,6 +78,9 @@ __all__ = [
     "RedisUnavailable",
     "Reject",
     "Retry",
+    "Schedule",
+    "ScheduleInfo",
+    "ScheduleNotFound",
     "ServerError",
     "Stats",
     "Task",

@@ -14,6 +14,7 @@
     ├── ServerError                       Redis answered with an error (BUSY, OOM, WRONGTYPE, ...)
     ├── NotDurable                        a write was made but not confirmed by enough replicas
     ├── TaskIdConflict                    an offer's own id is held by a task with other content
+    ├── ScheduleNotFound (KeyError)       a recurring schedule the queue does not have
     ├── QueueClosed (RuntimeError)        the queue object was closed
     └── WorkerFailed (RuntimeError)       a worker loop kept dying: the worker stopped
 """
@@ -94,6 +95,11 @@ class TaskIdConflict(DelayqError):
         super().__init__(message)
         self.task_ids = task_ids or []
         self.results = results or []
+
+
+class ScheduleNotFound(DelayqError, KeyError):
+    """``q.schedules.trigger``/``backfill``/``pause``/``resume`` of a schedule the queue does
+    not have (``get`` returns None and ``remove`` False instead)."""
 
 
 class QueueClosed(DelayqError, RuntimeError):

@@ -48,6 +48,12 @@ QUEUE_METRICS = {
     "delayq_outbox_dead_rows",
     "delayq_outbox_oldest_pending_age_seconds",
     "delayq_outbox_relays_alive",
+    # recurring schedules (issue #19)
+    "delayq_schedule_fires_total",
+    "delayq_schedule_next_fire_timestamp_seconds",
+    "delayq_schedule_last_success_timestamp_seconds",
+    "delayq_schedule_period_seconds",
+    "delayq_schedule_paused",
 }
 WORKER_METRICS = {
     "delayq_worker_tasks_total",
@@ -79,6 +85,8 @@ ALERTS = {
     "DelayqOutboxNoRelay",
     "DelayqOutboxLagging",
     "DelayqOutboxDeadRows",
+    "DelayqScheduleStuck",
+    "DelayqScheduleNoSuccess",
 }
 # Alerts whose series may carry no queue label (a whole exporter or a never-scraped worker,
 # an outbox table).
@@ -351,6 +359,15 @@ def test_promtool_unit_tests_pass(promtool: str) -> None:
             "rate(delayq_delivered_total[5m]) == 0",
             "rate(delayq_delivered_total[5m]) < 0",
             id="no-deliveries",
+        ),
+        pytest.param(
+            "clamp_min(delayq_schedule_period_seconds, 60)\n        for",
+            "clamp_min(delayq_schedule_period_seconds, 6000)\n        for",
+            id="schedule-stuck-period",
+        ),
+        pytest.param("3 * clamp_min", "30 * clamp_min", id="schedule-success-periods"),
+        pytest.param(
+            "delayq_schedule_paused == 1", "delayq_schedule_paused == 2", id="schedule-paused"
         ),
     ],
 )

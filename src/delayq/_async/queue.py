@@ -49,6 +49,7 @@ from .._core.offers import (
 )
 from .._core.options import QueueOptions, dedup_mode, overridden_policy
 from .._core.protocol import FetchResult, OfferSpec
+from .._core.schedule import SCHEDULE_HEADER, fire_time_of
 from .._core.scripts import Op
 from .._core.text import printable
 from .._core.timing import Duration, due_spec, duration_ms
@@ -64,6 +65,7 @@ from ..exceptions import (
 )
 from . import backend, runner
 from .consumer import AsyncConsumer
+from .schedules import AsyncSchedules
 from .shard import AsyncShard, ShardSettings, Watch
 
 log = logging.getLogger("delayq")
@@ -103,6 +105,16 @@ class AsyncTask(Generic[PayloadT]):
     def lateness_ms(self) -> int:
         """How long after its due time the task was handed out."""
         return self.delivered_ms - self.due_ms
+
+    @property
+    def schedule(self) -> str | None:
+        """The name of the recurring schedule that fired this task (None for other tasks)."""
+        return self.headers.get(SCHEDULE_HEADER)
+
+    @property
+    def fire_time(self) -> datetime | None:
+        """A schedule's fire: its nominal time (UTC, before jitter); None for other tasks."""
+        return fire_time_of(self.headers)
 
     def _queue(self) -> AsyncDelayQueue[PayloadT]:
         if self.queue is None:
@@ -327,6 +339,12 @@ class AsyncDelayQueue(Generic[PayloadT]):
     def keys(self) -> QueueKeys:
         """The key names of the queue unsharded (a sharded queue's shards have their own)."""
         return self._keys
+
+    @property
+    def schedules(self) -> AsyncSchedules:
+        """The queue's recurring schedules (docs/schedules.md): ``upsert``, ``get``, ``list``,
+        ``pause``, ``resume``, ``remove``, ``trigger``, ``backfill``."""
+        return AsyncSchedules(self)
 
     @property
     def shards(self) -> int | None:
@@ -951,6 +969,8 @@ class AsyncDelayQueue(Generic[PayloadT]):
         raws, result = await watch.shard.fetch(
             watch, self._policy, count, deadline, self._insurance_s(), acks
         )
+        if result.low_schedules:  # [S] cron schedules short of times ahead
+            await self.schedules.refill(watch.shard, result.low_schedules)
         tasks = []
         for raw in raws:
             try:

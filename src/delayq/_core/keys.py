@@ -87,6 +87,35 @@ class QueueKeys:
         """The pub/sub channel that announces a new earliest due time."""
         return self.key("events")
 
+    # [S] recurring schedules (docs/storage.md): derived in the scripts from the prefix, so
+    # under the same hash tag; not in KEY_ROLES.
+    @property
+    def schedules(self) -> str:
+        """HASH schedule name -> version: the queue's live schedules."""
+        return self.key("sched")
+
+    @property
+    def schedules_due(self) -> str:
+        """ZSET schedule name -> the nominal ms of its next fire."""
+        return self.key("sched:due")
+
+    @property
+    def schedule_fires(self) -> str:
+        """HASH fire task id -> schedule name, for fires not yet ended."""
+        return self.key("sched:fire")
+
+    def schedule_state(self, name: str) -> str:
+        """HASH one schedule's spec and state (a tombstone with a TTL once removed)."""
+        return self.key(f"sched:st:{name}")
+
+    def schedule_times(self, name: str) -> str:
+        """ZSET one cron schedule's times ahead."""
+        return self.key(f"sched:at:{name}")
+
+    def schedule_buffer(self, name: str) -> str:
+        """LIST one schedule's fires held back by the overlap policy."""
+        return self.key(f"sched:buf:{name}")
+
     @property
     def registry(self) -> str:
         """The set of known queue names (outside the queue's slot: written by clients only)."""

@@ -218,6 +218,8 @@ class FetchResult:
     next_wake_ms: int | None  # earliest due time or lease expiry still ahead
     tasks: list[RawTask]
     acked: list[bool] = dataclasses.field(default_factory=list)  # of the acks sent along
+    # [S] schedules short of cron times ahead: the client computes and writes more
+    low_schedules: tuple[str, ...] = ()
 
     @property
     def now_ms(self) -> int:
@@ -256,6 +258,10 @@ def fetch_args(policy: Policy, count: int, keep_ms: int) -> list[Any]:
 
 def parse_fetch(reply: Sequence[Any]) -> FetchResult:
     acks = _str(reply[2])
+    low: tuple[str, ...] = ()
+    if (len(reply) - 3) % 6 == 1:  # [S] the trailing signal after the task groups
+        low = tuple(_str(name) for name in reply[-1])
+        reply = reply[:-1]
     tasks = [
         RawTask(
             id=_id(reply[i]),
@@ -268,7 +274,9 @@ def parse_fetch(reply: Sequence[Any]) -> FetchResult:
         for i in range(3, len(reply), 6)
     ]
     wake = int(reply[1])
-    return FetchResult(int(reply[0]), None if wake < 0 else wake, tasks, [c == "1" for c in acks])
+    return FetchResult(
+        int(reply[0]), None if wake < 0 else wake, tasks, [c == "1" for c in acks], low
+    )
 
 
 def nack_args(

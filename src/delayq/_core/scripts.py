@@ -35,6 +35,10 @@ class Op(StrEnum):
     REDISSON_LAND = "redisson_land"
     REDISSON_RELEASE = "redisson_release"
     SETTLE = "settle"  # the outbox relay's receipts (settle.lua)
+    SCHEDULE_UPSERT = "schedule_upsert"
+    SCHEDULE_REFILL = "schedule_refill"
+    SCHEDULE_CONTROL = "schedule_control"
+    SCHEDULE_INFO = "schedule_info"
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,7 @@ from .._core.offers import (
 )
 from .._core.options import QueueOptions, dedup_mode, overridden_policy
 from .._core.protocol import FetchResult, OfferSpec
+from .._core.schedule import SCHEDULE_HEADER, fire_time_of
 from .._core.scripts import Op
 from .._core.text import printable
 from .._core.timing import Duration, due_spec, duration_ms
@@ -65,6 +66,7 @@ from ..exceptions import (
 )
 from . import backend, runner
 from .consumer import Consumer
+from .schedules import Schedules
 from .shard import Shard, ShardSettings, Watch
 
 log = logging.getLogger("delayq")
@@ -104,6 +106,16 @@ class Task(Generic[PayloadT]):
     def lateness_ms(self) -> int:
         """How long after its due time the task was handed out."""
         return self.delivered_ms - self.due_ms
+
+    @property
+    def schedule(self) -> str | None:
+        """The name of the recurring schedule that fired this task (None for other tasks)."""
+        return self.headers.get(SCHEDULE_HEADER)
+
+    @property
+    def fire_time(self) -> datetime | None:
+        """A schedule's fire: its nominal time (UTC, before jitter); None for other tasks."""
+        return fire_time_of(self.headers)
 
     def _queue(self) -> DelayQueue[PayloadT]:
         if self.queue is None:
@@ -328,6 +340,12 @@ class DelayQueue(Generic[PayloadT]):
     def keys(self) -> QueueKeys:
         """The key names of the queue unsharded (a sharded queue's shards have their own)."""
         return self._keys
+
+    @property
+    def schedules(self) -> Schedules:
+        """The queue's recurring schedules (docs/schedules.md): ``upsert``, ``get``, ``list``,
+        ``pause``, ``resume``, ``remove``, ``trigger``, ``backfill``."""
+        return Schedules(self)
 
     @property
     def shards(self) -> int | None:
@@ -946,6 +964,8 @@ class DelayQueue(Generic[PayloadT]):
         raws, result = watch.shard.fetch(
             watch, self._policy, count, deadline, self._insurance_s(), acks
         )
+        if result.low_schedules:  # [S] cron schedules short of times ahead
+            self.schedules.refill(watch.shard, result.low_schedules)
         tasks = []
         for raw in raws:
             try:

@@ -48,6 +48,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         Route("/", endpoints.index),
         Route("/q/{name}", endpoints.queue_page),
         Route("/q/{name}/task", endpoints.task_page),
+        Route("/q/{name}/schedules", endpoints.schedules_page),
         Route("/q/{name}/confirm", endpoints.confirm),
         Route("/q/{name}/action", endpoints.act, methods=["POST"]),
         Route("/login", endpoints.login, methods=["GET", "POST"]),

@@ -187,6 +187,16 @@ async def queue_page(request: Request) -> Response:
     )  # fmt: skip
 
 
+async def schedules_page(request: Request) -> Response:
+    """``GET /q/{name}/schedules``: the queue's recurring schedules (read only)."""
+    board = dashboard_of(request)
+    name = await queue_name(request)
+    schedules, now = await asyncio.gather(
+        board.monitor.queue(name).schedules.list(upcoming=1), board.monitor.server_now()
+    )
+    return render(request, "schedules.html", name=name, schedules=schedules, now=now)
+
+
 async def task_page(request: Request) -> Response:
     """``GET /q/{name}/task?id=``: one task, all of it."""
     board = dashboard_of(request)

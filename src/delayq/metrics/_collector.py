@@ -20,6 +20,7 @@ from .._core.outages import OUTAGES, where_of
 from .._core.timing import Duration, duration_ms
 from .._sync.connection import Connection, shared_or_new
 from ..exceptions import DelayqError
+from . import _schedules
 
 log = logging.getLogger("delayq.metrics")
 
@@ -114,17 +115,19 @@ class QueueCollector(Collector):
 
     # -- prometheus -------------------------------------------------------------------------
 
-    def snapshot(self) -> tuple[list[Stats], bool, float]:
-        """One scrape's reading: the stats, whether Redis answered, and the seconds it took."""
+    def snapshot(self) -> tuple[list[Stats], bool, float, list[Any]]:
+        """One scrape's reading: the stats, whether Redis answered, the seconds it took and
+        the replies of the schedule reads (one per (sub-)queue)."""
         started = time.perf_counter()
         try:
             rows, up = self.read(), True
+            schedules = self._conn.runner.many(_schedules.calls(self.prefix, rows))
         except (DelayqError, RedisError, OSError) as exc:
             self._failed(exc)
-            rows, up = [], False
+            rows, up, schedules = [], False, []
         else:
             self._recovered()
-        return rows, up, time.perf_counter() - started
+        return rows, up, time.perf_counter() - started, schedules
 
     def _failed(self, exc: BaseException) -> None:
         with self._outage_lock:
@@ -210,15 +213,21 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
         "gauge",
         "Time this scrape spent reading queue stats from Redis.",
     ),
+    *_schedules.SCHEDULE_FAMILIES,
 )
 
 
 def grouped(
-    rows: Sequence[Stats], up: bool, seconds: float
+    rows: Sequence[Stats], up: bool, seconds: float, schedules: Sequence[Any] = ()
 ) -> list[list[tuple[str, Labels, float]]]:
     """The samples of each family of :data:`FAMILIES` (same order): (name, labels, value)."""
-    out: list[list[tuple[str, Labels, float]]] = [[] for _ in FAMILIES]
+    out: list[list[tuple[str, Labels, float]]] = [
+        [] for _ in FAMILIES[: -len(_schedules.SCHEDULE_FAMILIES)]
+    ]
     tasks, overdue, oldest, next_due, seen, *counters, lateness, shard_tasks, up_, duration = out
+    out += (
+        _schedules.samples(rows, schedules) if rows else [[] for _ in _schedules.SCHEDULE_FAMILIES]
+    )
     for stats in rows:
         q = (("queue", stats.queue),)
         for state in STATES:

@@ -12,6 +12,12 @@ local K_DELAYED, K_TASKS, K_INFLIGHT, K_LEASES, K_ATTEMPTS, K_DEAD, K_ERRORS,
       K_EXPIRY, K_KEYMAP, K_TASKKEY, K_KEPT, K_COUNTERS, K_EVENTS = unpack(KEYS)
 
 local SLOTS = 10
+-- [S] Per script call: whether the queue has no schedule fires alive (task_ended's one look).
+local sched_memo = {}
+local SCHED_GRACE_MS = 1000  -- catchup="skip" without a window: a fire this late still runs
+local SCHED_MAX_REPLAY = 100  -- catchup="all": most fires replayed by one step
+local SCHED_MAX_BUFFER = 100  -- overlap="buffer_all": most fires held back
+local SCHED_LOW = 8  -- fewer cron times ahead than this: ask the client for more
 
 -- One clock for everybody: the server's. Returns now in whole ms and, second, the next whole
 -- ms: a positive delay counts from there, so a task is never due before now + delay.
@@ -97,6 +103,256 @@ local function forget(id, now, remember_key)
   release_key(id, now, remember_key)
 end
 
+-- [S] Recurring schedules (issue #19, docs/schedules.md and docs/storage.md). Their keys hang
+-- off the queue's own prefix, so they share its hash tag (one slot per script):
+--   sched            HASH name -> version: the live schedules
+--   sched:st:<name>  HASH a schedule's spec and state (a tombstone with a TTL once removed)
+--   sched:due        ZSET name -> the nominal ms of its next fire: the chain's wake plan
+--   sched:at:<name>  ZSET the cron times ahead (computed in Python: Lua has no time zones)
+--   sched:fire       HASH fire task id -> schedule name, for fires offered and not yet ended
+--   sched:buf:<name> LIST fires held back by the overlap policy, "id|nominal ms"
+--   sched:req:<name>:<request>  a trigger or backfill request already carried out
+
+local function sched_key(suffix) return string.sub(K_COUNTERS, 1, -9) .. suffix end
+
+local function sched_state(name)
+  local flat = redis.call('HGETALL', sched_key('sched:st:' .. name))
+  local st = {}
+  for i = 1, #flat, 2 do st[flat[i]] = flat[i + 1] end
+  return st
+end
+
+-- Offer one fire of schedule ``name`` as an ordinary task: ``id`` due at due_ms, its envelope
+-- the schedule's template with the nominal time fire_ms written in. Returns false if a task
+-- already holds the id (a fire is never offered twice).
+local function sched_offer(name, st, id, fire_ms, due_ms)
+  local tpl, ph = st.tpl, st.ph
+  local at = string.find(tpl, ph, 1, true)
+  local envelope = tpl
+  if at then
+    envelope = string.sub(tpl, 1, at - 1) .. string.format('%013.0f', fire_ms)
+      .. string.sub(tpl, at + #ph)
+  end
+  if redis.call('HSETNX', K_TASKS, id, envelope) == 0 then return false end
+  local s = score(due_ms, 9 - tonumber(st.prio))
+  local old_head = head_score(K_DELAYED)
+  redis.call('ZADD', K_DELAYED, fmt(s), id)
+  local win = tonumber(st.win)
+  if win > 0 then redis.call('ZADD', K_EXPIRY, fmt(due_ms + win), id) end
+  redis.call('HSET', sched_key('sched:fire'), id, name)
+  st.live = redis.call('HINCRBY', sched_key('sched:st:' .. name), 'live', 1)
+  sched_memo.none = false
+  count('offered', 1)
+  announce_if_earlier(s, old_head)
+  return true
+end
+
+-- The overlap policy for a new fire while others of the schedule are alive: 'fire', 'held'
+-- (buffered until they end) or 'skipped'.
+local function sched_admit(name, st, id, fire_ms)
+  if st.ovl == 'allow_all' or tonumber(st.live or '0') <= 0 then return 'fire' end
+  if st.ovl == 'skip' then return 'skipped' end
+  local buf = sched_key('sched:buf:' .. name)
+  local held = redis.call('LLEN', buf)
+  if st.ovl == 'buffer_one' and held > 0 then
+    redis.call('DEL', buf)
+    redis.call('HINCRBY', sched_key('sched:st:' .. name), 'skipped', held)
+  elseif held >= SCHED_MAX_BUFFER then
+    return 'skipped'
+  end
+  redis.call('RPUSH', buf, id .. '|' .. fmt(fire_ms))
+  return 'held'
+end
+
+-- The first interval time after ms: phase + k * every (not before start).
+local function sched_every_after(st, ms)
+  local every, phase = tonumber(st.every), tonumber(st.phase)
+  local t = phase + (math.floor((ms - phase) / every) + 1) * every
+  local start = tonumber(st.start)
+  if start > 0 and t < start then t = phase + math.ceil((start - phase) / every) * every end
+  return t
+end
+
+-- Jitter: the same for every process (a hash of name and time), below the gap to the next.
+local function sched_jitter(name, st, fire_ms, gap)
+  local jit = tonumber(st.jit)
+  if gap and gap < jit then jit = gap end
+  if jit <= 0 then return 0 end
+  return tonumber(string.sub(redis.sha1hex(name .. '|' .. fmt(fire_ms)), 1, 12), 16) % jit
+end
+
+-- A chain fire at nominal fire_ms (gap: ms to the next one, if known), through the overlap
+-- policy; updates the counters. Returns the outcome.
+local function sched_fire(name, st, fire_ms, gap)
+  local st_key = sched_key('sched:st:' .. name)
+  local id = 's:' .. name .. ':' .. fmt(fire_ms)
+  local outcome = sched_admit(name, st, id, fire_ms)
+  if outcome == 'fire' then
+    sched_offer(name, st, id, fire_ms, fire_ms + sched_jitter(name, st, fire_ms, gap))
+    redis.call('HSET', st_key, 'pend', id, 'last_ms', fmt(fire_ms))
+  elseif outcome == 'held' then
+    redis.call('HSET', st_key, 'last_ms', fmt(fire_ms))
+  else
+    redis.call('HINCRBY', st_key, 'skipped', 1)
+    redis.call('HSET', st_key, 'last_out', 'skipped')
+  end
+  if outcome ~= 'skipped' then
+    st.fired = redis.call('HINCRBY', st_key, 'fired', 1)
+  end
+  return outcome
+end
+
+-- Release a fire held by the overlap policy once the schedule has none alive.
+local function sched_release(name, now)
+  local entry = redis.call('LPOP', sched_key('sched:buf:' .. name))
+  if not entry then return end
+  local st = sched_state(name)
+  if not st.ver or st.gone == '1' then return end
+  local id, fire_ms = string.match(entry, '^(.*)|(%d+)$')
+  sched_offer(name, st, id, tonumber(fire_ms), now)
+end
+
+-- [S] hook: tasks that ended for good (outcome 'ok', 'dead', 'cancelled', 'expired',
+-- 'purged'). O(1) for a queue without schedule fires: one EXISTS per script call.
+local function task_ended(ids, now, outcome)
+  if sched_memo.none or #ids == 0 then return end
+  local fires = sched_key('sched:fire')
+  if sched_memo.none == nil then
+    sched_memo.none = redis.call('EXISTS', fires) == 0
+    if sched_memo.none then return end
+  end
+  local names = redis.call('HMGET', fires, unpack(ids))
+  for k, name in ipairs(names) do
+    if name then
+      redis.call('HDEL', fires, ids[k])
+      local st_key = sched_key('sched:st:' .. name)
+      if redis.call('EXISTS', st_key) == 1 then
+        local live = redis.call('HINCRBY', st_key, 'live', -1)
+        if live < 0 then
+          redis.call('HSET', st_key, 'live', 0)
+          live = 0
+        end
+        redis.call('HSET', st_key, 'last_out', outcome, 'last_end', fmt(now))
+        if outcome == 'ok' then redis.call('HSET', st_key, 'last_ok', fmt(now)) end
+        if outcome == 'expired' then redis.call('HINCRBY', st_key, 'missed', 1) end
+        if live == 0 then sched_release(name, now) end
+      end
+    end
+  end
+end
+
+-- Drop a schedule's chain fire that is not due yet (jittered): an edit or removal replaces it.
+local function sched_drop_pending(name, now)
+  local st_key = sched_key('sched:st:' .. name)
+  local id = redis.call('HGET', st_key, 'pend')
+  if not id then return end
+  local s = redis.call('ZSCORE', K_DELAYED, id)
+  if s and ms_of(s) > now then
+    redis.call('ZREM', K_DELAYED, id)
+    forget(id, now, false)
+    task_ended({id}, now, 'cancelled')
+  end
+end
+
+-- The next nominal time after the cursor (nil: not known yet, a cron schedule whose times
+-- ahead ran out), and whether the schedule is over (end or max_fires reached).
+local function sched_next(name, st)
+  local endms, maxf = tonumber(st['end']), tonumber(st.maxf)
+  if maxf > 0 and tonumber(st.fired) >= maxf then return nil, true end
+  local nxt
+  if st.kind == 'every' then
+    nxt = sched_every_after(st, tonumber(st.cursor))
+  else
+    local head = redis.call('ZRANGE', sched_key('sched:at:' .. name), 0, 0)
+    nxt = head[1] and tonumber(head[1])
+    if not nxt then return nil, st.exh == '1' end
+  end
+  if endms > 0 and nxt > endms then return nil, true end
+  return nxt, false
+end
+
+-- Put the schedule back in the wake plan at its next time; true if it needs cron times.
+local function sched_plan(name, st, now)
+  local due_key = sched_key('sched:due')
+  local nxt, over = sched_next(name, st)
+  if over then
+    redis.call('HSET', sched_key('sched:st:' .. name), 'done', 1)
+    redis.call('ZREM', due_key, name)
+    return false
+  end
+  if not nxt then  -- starved of cron times: look again in a second, asking for more each time
+    redis.call('ZADD', due_key, fmt(now + 1000), name)
+    return true
+  end
+  -- Sleeping consumers plan their wake from the earliest time they heard of: a schedule
+  -- that now fires before the chain's earliest (an upsert, a resume) is announced.
+  local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', due_key, fmt(nxt), name)
+  announce_if_earlier(score(nxt, 0), head[2] and score(tonumber(head[2]), 0))
+  return st.kind == 'cron' and st.exh ~= '1'
+    and redis.call('ZCARD', sched_key('sched:at:' .. name)) < SCHED_LOW
+end
+
+-- One step of one due schedule: the times from the cursor to now, through the catch-up
+-- policy, then the overlap policy; the cursor moves past them in the same script, so a time
+-- is accepted once and refused for ever after. Returns true if it needs cron times.
+local function sched_advance(name, now)
+  local st = sched_state(name)
+  if not st.ver or st.gone == '1' or st.paused == '1' or st.done == '1' then
+    redis.call('ZREM', sched_key('sched:due'), name)
+    return false
+  end
+  local cursor, endms = tonumber(st.cursor), tonumber(st['end'])
+  local last = now
+  if endms > 0 and endms < last then last = endms end
+  local keep = st.cu == 'all' and SCHED_MAX_REPLAY or 1
+  local win = tonumber(st.win)
+  if st.cu == 'skip' and win == 0 then win = SCHED_GRACE_MS end
+  local picked, total, newest = {}, 0, nil
+  local at_key = sched_key('sched:at:' .. name)
+  local every = tonumber(st.every)
+  if st.kind == 'every' then
+    local first = sched_every_after(st, cursor)
+    if first <= last then
+      newest = first + math.floor((last - first) / every) * every
+      total = (newest - first) / every + 1
+      for t = newest - (math.min(total, keep) - 1) * every, newest, every do
+        picked[#picked + 1] = t
+      end
+    end
+  else
+    local due = redis.call('ZRANGEBYSCORE', at_key, '(' .. fmt(cursor), fmt(last))
+    total = #due
+    for i = math.max(1, total - keep + 1), total do picked[#picked + 1] = tonumber(due[i]) end
+    if total > 0 then newest = tonumber(due[total]) end
+    redis.call('ZREMRANGEBYSCORE', at_key, '-inf', fmt(last))
+  end
+  local maxf = tonumber(st.maxf)
+  local missed = total - #picked
+  if newest then
+    st.cursor = fmt(newest)
+    redis.call('HSET', sched_key('sched:st:' .. name), 'cursor', st.cursor)
+    for k, t in ipairs(picked) do
+      if (win > 0 and now - t > win) or (maxf > 0 and tonumber(st.fired) >= maxf) then
+        missed = missed + 1
+      else
+        local gap = picked[k + 1] and picked[k + 1] - t
+        if not gap and st.kind == 'every' then gap = every end
+        if not gap then
+          local head = redis.call('ZRANGE', at_key, 0, 0)
+          gap = head[1] and tonumber(head[1]) - t
+        end
+        sched_fire(name, st, t, gap)
+      end
+    end
+  end
+  if missed > 0 then
+    redis.call('HINCRBY', sched_key('sched:st:' .. name), 'missed', missed)
+    redis.call('HSET', sched_key('sched:st:' .. name), 'last_out', 'missed')
+  end
+  return sched_plan(name, st, now)
+end
+
 -- Dead-letter a task. Its dedup key is freed for new offers, but the task keeps its key record
 -- (taskkeys) so that requeue can take the key back.
 local function bury(id, slot, now, err)
@@ -109,6 +365,7 @@ local function bury(id, slot, now, err)
     if redis.call('HGET', K_KEYMAP, key) == id then redis.call('HDEL', K_KEYMAP, key) end
   end
   count('dead_lettered', 1)
+  task_ended({id}, now, 'dead')
 end
 
 -- The lease score if token holds an unexpired lease on id, else nil.
@@ -167,6 +424,7 @@ local function finish(ids, tokens, now)
     redis.call('HDEL', K_LEASES, unpack(done))
     redis.call('HDEL', K_TASKS, unpack(done))
     redis.call('HDEL', K_ATTEMPTS, unpack(done))
+    task_ended(done, now, 'ok')
   end
   return reply, #done
 end

@@ -25,6 +25,7 @@ for i = 2, last do
   local id = ARGV[i]
   if redis.call('ZREM', K_DELAYED, id) == 1 then
     forget(id, now, false)
+    task_ended({id}, now, 'cancelled')
     cancelled = cancelled + 1
     reply[#reply + 1] = 1
   else

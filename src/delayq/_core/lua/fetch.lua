@@ -22,7 +22,10 @@
 -- Reply: {now_us, next_wake_ms or -1, ack statuses (a string of digits, 1 = acked, 0 = lease
 --        lost, as ack.lua's), then per task: id, envelope, attempts, due_ms, slot, token}
 --        now_us is the server's time in microseconds (consumers plan their sleep from it);
---        next_wake_ms is the earliest due time or lease expiry still ahead.
+--        next_wake_ms is the earliest due time or lease expiry still ahead (or [S] the next
+--        schedule fire). [S] A trailing array, after the task groups (so the reply's length
+--        is 3 + 6k + 1), names the schedules short of cron times ahead: the client computes
+--        and writes more (schedule_refill.lua).
 local want = tonumber(ARGV[1])
 local lease_ms = tonumber(ARGV[2])
 local nonce = ARGV[3]
@@ -33,6 +36,7 @@ local LATE_BOUNDS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000
 local clock = redis.call('TIME')
 local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local now = math.floor(now_us / 1000)
+local paused = false  -- [S] until flow control (#20) is merged: its queue_pause_state(now)
 local old_head = head_score(K_DELAYED)
 local new_min = nil
 
@@ -63,6 +67,7 @@ if has_expiry then
   for _, id in ipairs(stale) do
     if redis.call('ZREM', K_DELAYED, id) == 1 then
       forget(id, now, false)
+      task_ended({id}, now, 'expired')
       expired = expired + 1
     else
       redis.call('ZREM', K_EXPIRY, id)
@@ -79,6 +84,25 @@ for _, key in ipairs(kept) do
   if id and redis.call('HEXISTS', K_TASKS, id) == 0 then redis.call('HDEL', K_KEYMAP, key) end
 end
 
+-- [S] The schedule step: the fires that came due, in the chain's wake plan (sched:due). One
+-- EXISTS for a queue without schedules; a queue's pause holds its fires back.
+local sched_due = sched_key('sched:due')
+local sched_on, sched_low = false, nil
+if redis.call('EXISTS', sched_due, sched_key('sched:fire')) == 0 then
+  sched_memo.none = true
+else
+  sched_on = redis.call('EXISTS', sched_due) == 1
+end
+if sched_on and not paused then
+  local names = redis.call('ZRANGEBYSCORE', sched_due, '-inf', fmt(now), 'LIMIT', 0, limit)
+  for _, name in ipairs(names) do
+    if sched_advance(name, now) then
+      sched_low = sched_low or {}
+      sched_low[#sched_low + 1] = name
+    end
+  end
+end
+
 local receipt, keep_ms = KEYS[14], tonumber(ARGV[9])
 
 local function next_wake()
@@ -90,6 +114,8 @@ local function next_wake()
     local lapse = ms_of(next_lapse) + 1
     if wake < 0 or lapse < wake then wake = lapse end
   end
+  local fire = sched_on and not paused and head_score(sched_due)  -- [S] the next chain fire
+  if fire and (wake < 0 or fire < wake) then wake = fire end
   return wake
 end
 
@@ -153,6 +179,7 @@ if #ids > 0 then
     local alive = envelope ~= false
     if alive and deadlines[k] and tonumber(deadlines[k]) < now then
       forget(id, now, false)
+      task_ended({id}, now, 'expired')
       count('expired', 1)
       alive = false
     end
@@ -179,6 +206,7 @@ if #ids > 0 then
         inflight_fields[#inflight_fields + 1] = id
       else
         forget(id, now, true)
+        task_ended({id}, now, 'ok')
       end
       local n = #reply
       reply[n + 1] = id
@@ -215,4 +243,5 @@ end
 announce_if_earlier(new_min, old_head)
 
 reply[2] = next_wake()
+if sched_low then reply[#reply + 1] = sched_low end  -- [S] schedules short of cron times
 return reply

@@ -19,6 +19,7 @@ local function purge(key, ids)
   if #ids == 0 then return end
   redis.call('ZREM', key, unpack(ids))
   for _, id in ipairs(ids) do forget(id, now, false) end
+  task_ended(ids, now, 'purged')
   deleted = deleted + #ids
 end
 
