@@ -6,6 +6,7 @@ from ._async.connection import AsyncConnection, aconnect
 from ._async.queue import AsyncDelayQueue, AsyncTask
 from ._core.durability import Durability
 from ._core.handling import Reject, Retry, WorkerHealth
+from ._core.limits import PauseInfo
 from ._core.models import (
     Backoff,
     DeadTask,
@@ -70,6 +71,7 @@ __all__ = [
     "Offer",
     "OfferOptions",
     "OfferOutcome",
+    "PauseInfo",
     "PayloadTooLarge",
     "QueueClosed",
     "QueuePolicy",

@@ -21,11 +21,12 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Generic, Self, Unpack, cast
 
-from .._core import protocol, sharding
+from .._core import limits, protocol, sharding
 from .._core.codecs import PayloadT
 from .._core.connection import Topology
 from .._core.durability import Durability
 from .._core.keys import QueueKeys
+from .._core.limits import PauseInfo, PauseUntil
 from .._core.models import (
     Backoff,
     DeadTask,
@@ -796,6 +797,26 @@ class AsyncDelayQueue(Generic[PayloadT]):
                     return moved
             return 0
         return sum([await shard.requeue_dead(None) for shard in routes.every])
+
+    # -- flow control [L] --------------------------------------------------------------------
+
+    async def pause(self, until: PauseUntil | None = None, note: str | None = None) -> PauseInfo:
+        """Hand out nothing until :meth:`resume` (or ``until``: an aware datetime or epoch
+        seconds, or a timedelta from now, on the server's clock). Producers keep offering;
+        leases in flight run on and their acks land; consumers sleep until the pause ends.
+        The pause is kept in Redis (so every consumer sees it, and it survives a restart with
+        AOF). Pausing a paused queue replaces its end and note."""
+        args = limits.pause_args(until, note)
+        infos = [limits.parse_pause(await s.run(Op.LIMIT_PAUSE, args)) for s in await self._all()]
+        return infos[0]
+
+    async def resume(self) -> bool:
+        """End a pause at once and wake the consumers; True if the queue was paused."""
+        replies = [await s.run(Op.LIMIT_PAUSE, ["resume"]) for s in await self._all()]
+        return any(int(reply[0]) == 1 for reply in replies)
+
+    async def _all(self) -> list[AsyncShard]:
+        return (await self._routes()).every
 
     # -- consuming --------------------------------------------------------------------------
 

@@ -120,6 +120,8 @@ class Stats:
     lateness_sum: float = 0.0  # seconds, over all deliveries
     consumer_seen_at: datetime | None = None  # when a consumer last fetched
     shards: tuple[Stats, ...] = ()  # a sharded queue's sub-queues, in shard order
+    paused: bool = False  # q.pause(): nothing is handed out until q.resume() or paused_until
+    paused_until: datetime | None = None  # a timed pause's end; None: until resumed
 
     @property
     def total(self) -> int:

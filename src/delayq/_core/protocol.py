@@ -313,6 +313,7 @@ class StatsReply:
     lateness: dict[float, int]  # bucket upper bound in seconds (last: math.inf) -> count
     lateness_sum: float  # seconds
     seen_ms: int | None  # when a consumer last fetched
+    paused_until_ms: int | None = None  # [L] None: not paused; 0: until resumed
 
     @property
     def total(self) -> int:
@@ -325,11 +326,13 @@ def parse_stats(reply: Sequence[Any]) -> StatsReply:
     # histogram and the consumer's last look in it under reserved names.
     counters: dict[str, int] = {}
     lateness = dict.fromkeys((*(ms / 1000 for ms in LATENESS_BUCKETS_MS), math.inf), 0)
-    lateness_sum_ms, seen_ms = 0, None
+    lateness_sum_ms, seen_ms, paused_until_ms = 0, None, None
     for i in range(8, len(reply), 2):
         field, value = _text(reply[i]), int(reply[i + 1])
         if field == "seen_ms":
             seen_ms = value
+        elif field == "pause:until":
+            paused_until_ms = value
         elif field == "late:sum":
             lateness_sum_ms = value
         elif field.startswith("late:"):
@@ -351,6 +354,7 @@ def parse_stats(reply: Sequence[Any]) -> StatsReply:
         lateness=lateness,
         lateness_sum=lateness_sum_ms / 1000,
         seen_ms=seen_ms,
+        paused_until_ms=paused_until_ms,
     )
 
 
@@ -371,6 +375,8 @@ def stats_from_reply(name: str, reply: Sequence[Any]) -> Stats:
         lateness=raw.lateness,
         lateness_sum=raw.lateness_sum,
         consumer_seen_at=to_datetime(raw.seen_ms),
+        paused=raw.paused_until_ms is not None,
+        paused_until=to_datetime(raw.paused_until_ms or None),
     )
 
 

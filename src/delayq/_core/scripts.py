@@ -28,6 +28,7 @@ class Op(StrEnum):
     BURY = "bury"
     TASKS = "tasks"
     PURGE = "purge"
+    LIMIT_PAUSE = "limit_pause"  # [L] flow control
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from ..exceptions import ConfigError
@@ -139,6 +140,12 @@ def shards_key(prefix: str) -> str:
     return f"{prefix}:shards"
 
 
+def _pause_end(parts: Sequence[Stats]) -> datetime | None:
+    """When the last paused shard's pause ends; None while one is paused until resumed."""
+    ends = [p.paused_until for p in parts if p.paused]
+    return None if not ends or None in ends else max(e for e in ends if e is not None)
+
+
 def merged_stats(name: str, parts: Sequence[Stats]) -> Stats:
     """The stats of a logical queue from its shards' (each read atomically on its own)."""
     counters: Counter[str] = Counter()
@@ -162,6 +169,9 @@ def merged_stats(name: str, parts: Sequence[Stats]) -> Stats:
         lateness_sum=sum(p.lateness_sum for p in parts),
         consumer_seen_at=max(seen) if seen else None,
         shards=tuple(parts),
+        # a sharded queue is paused (and resumed) shard by shard: paused while any shard is
+        paused=any(p.paused for p in parts),
+        paused_until=_pause_end(parts),
     )
 
 

@@ -10,7 +10,8 @@ Everything read from Redis reaches the terminal escaped (see render.py); ``--jso
 
 This module only builds the root command. The commands live in one module per role, each a
 ``typer.Typer`` of its own over common.py (the shared options, session and errors): tasks.py
-(schedule), views.py (read), repair.py (fix), serving.py (run), outbox.py and reshard.py.
+(schedule), views.py (read), repair.py (fix), serving.py (run), outbox.py, reshard.py and
+limits.py (flow control).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import helptext, outbox, repair, reshard, serving, tasks, views
+from . import helptext, limits, outbox, repair, reshard, serving, tasks, views
 from .common import invoke, say
 
 app = typer.Typer(
@@ -70,7 +71,7 @@ def overview(
 # groups stay groups (delayq outbox ...). `delayq --help` lists the commands in this order,
 # then the groups. They are copied onto the root rather than mounted with a nameless
 # add_typer(part): typer before 0.15 drops such a part's commands, and we allow typer 0.12.
-for part in (tasks.app, views.app, repair.app, serving.app, outbox.app, reshard.app):
+for part in (tasks.app, views.app, repair.app, serving.app, outbox.app, reshard.app, limits.app):
     app.registered_commands.extend(part.registered_commands)
     app.registered_groups.extend(part.registered_groups)
 

@@ -170,3 +170,22 @@ local function finish(ids, tokens, now)
   end
   return reply, #done
 end
+
+-- [L] Flow control (issue #20): pause and limits. Their keys are derived from the queue's
+-- own prefix (`prefix:{name}:` + role), so they share its hash tag and cluster slot.
+local function flow_key(role) return string.sub(K_COUNTERS, 1, -9) .. role end
+
+-- Whether the queue is paused at now, and until when (0: until resumed). One HGET of a key
+-- that does not exist is all an unpaused queue pays. A timed pause that ran out ends here,
+-- on the server's clock, whoever looks first.
+local function queue_pause_state(now)
+  local key = flow_key('pause')
+  local until_ms = redis.call('HGET', key, 'until')
+  if not until_ms then return false, nil end
+  until_ms = tonumber(until_ms)
+  if until_ms > 0 and until_ms <= now then
+    redis.call('DEL', key)
+    return false, nil
+  end
+  return true, until_ms
+end

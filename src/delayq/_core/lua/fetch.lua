@@ -23,6 +23,8 @@
 --        lost, as ack.lua's), then per task: id, envelope, attempts, due_ms, slot, token}
 --        now_us is the server's time in microseconds (consumers plan their sleep from it);
 --        next_wake_ms is the earliest due time or lease expiry still ahead.
+-- [L] Paused (limit_pause.lua): acks and housekeeping run, nothing is handed out, and
+--        next_wake_ms is the pause's end, or -1 until resumed (resume announces "due now").
 local want = tonumber(ARGV[1])
 local lease_ms = tonumber(ARGV[2])
 local nonce = ARGV[3]
@@ -33,6 +35,7 @@ local LATE_BOUNDS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000
 local clock = redis.call('TIME')
 local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local now = math.floor(now_us / 1000)
+local paused, paused_until = queue_pause_state(now)
 local old_head = head_score(K_DELAYED)
 local new_min = nil
 
@@ -82,6 +85,7 @@ end
 local receipt, keep_ms = KEYS[14], tonumber(ARGV[9])
 
 local function next_wake()
+  if paused then return paused_until > 0 and paused_until or -1 end  -- [L] resume announces
   local next_due = head_score(K_DELAYED)
   local next_lapse = head_score(K_INFLIGHT)
   local wake = -1
@@ -131,8 +135,12 @@ if #ARGV > 9 then
 end
 
 local reply = {now_us, -1, acks}
-local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', fmt(score(now, 9)),
-  'WITHSCORES', 'LIMIT', 0, want)
+if paused then want = 0 end  -- [L] a paused queue hands out nothing; acks still land
+local due = {}
+if want > 0 then
+  due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', fmt(score(now, 9)),
+    'WITHSCORES', 'LIMIT', 0, want)
+end
 local ids = {}
 for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
 local handed = 0
