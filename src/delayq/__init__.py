@@ -6,7 +6,7 @@ from ._async.connection import AsyncConnection, aconnect
 from ._async.queue import AsyncDelayQueue, AsyncTask
 from ._core.durability import Durability
 from ._core.handling import Reject, Retry, WorkerHealth
-from ._core.limits import PauseInfo
+from ._core.limits import Limit, LimitInfo, PauseInfo
 from ._core.models import (
     Backoff,
     DeadTask,
@@ -67,6 +67,8 @@ __all__ = [
     "InvalidDelay",
     "InvalidTaskError",
     "LeaseLost",
+    "Limit",
+    "LimitInfo",
     "NotDurable",
     "Offer",
     "OfferOptions",

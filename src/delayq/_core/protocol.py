@@ -144,16 +144,33 @@ class OfferSpec(NamedTuple):
     options: str = ""  # '' or 'priority|key_ttl_ms|ttl_ms|key'
 
 
-def offer_options(priority: int, key: str | None, key_ttl_ms: int, ttl_ms: int) -> str:
+def offer_options(
+    priority: int, key: str | None, key_ttl_ms: int, ttl_ms: int, limit_key: str | None = None
+) -> str:
+    limited = "" if limit_key is None else f"@{limit_key}|"  # [L] see offer.lua
     if not priority and key is None and not ttl_ms:
-        return ""
-    return f"{priority}|{key_ttl_ms}|{ttl_ms}|{key or ''}"
+        return limited
+    return f"{limited}{priority}|{key_ttl_ms}|{ttl_ms}|{key or ''}"
+
+
+def _split_limit_key(options: str) -> tuple[str | None, str]:
+    """[L] An options field's limit key (if any) and the rest."""
+    if not options.startswith("@"):
+        return None, options
+    limit_key, _, rest = options[1:].partition("|")
+    return limit_key, rest
 
 
 def spec_key(spec: OfferSpec) -> str | None:
     """The dedup key an encoded offer carries in its options, if any."""
-    key = spec.options.split("|", 3)[3] if spec.options else ""
+    options = _split_limit_key(spec.options)[1]
+    key = options.split("|", 3)[3] if options else ""
     return key or None
+
+
+def spec_limit_key(spec: OfferSpec) -> str | None:
+    """[L] The limit key an encoded offer carries in its options, if any."""
+    return _split_limit_key(spec.options)[0]
 
 
 def offer_args(mode: DedupMode, specs: Sequence[OfferSpec]) -> list[Any]:

@@ -29,6 +29,7 @@ class Op(StrEnum):
     TASKS = "tasks"
     PURGE = "purge"
     LIMIT_PAUSE = "limit_pause"  # [L] flow control
+    LIMIT_ADMIN = "limit_admin"  # [L]
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from .._core.codecs import PayloadT
 from .._core.connection import Topology
 from .._core.durability import Durability
 from .._core.keys import QueueKeys
-from .._core.limits import PauseInfo, PauseUntil
+from .._core.limits import PauseInfo, PauseUntil, check_same_shard
 from .._core.models import (
     Backoff,
     DeadTask,
@@ -66,6 +66,7 @@ from ..exceptions import (
 )
 from . import backend, runner
 from .consumer import Consumer
+from .limits import Limits
 from .shard import Shard, ShardSettings, Watch
 
 log = logging.getLogger("delayq")
@@ -583,8 +584,11 @@ class DelayQueue(Generic[PayloadT]):
         that routes there too (so it is found by its id alone); another task goes to its id's
         shard."""
         count = len(routes.current)
-        if offer.key is not None:
-            shard = sharding.shard_of(protocol.check_key(offer.key), count)
+        routed_by = offer.key if offer.limit_key is None else offer.limit_key  # [L]
+        if offer.key is not None and offer.limit_key is not None and count > 1:
+            check_same_shard(offer.key, offer.limit_key, count)
+        if routed_by is not None:
+            shard = sharding.shard_of(protocol.check_key(routed_by), count)
             if drawn is None or sharding.shard_of(drawn, count) != shard:
                 drawn = sharding.id_for_shard(shard, count, protocol.new_task_id)
             return routes.current[shard], drawn
@@ -659,7 +663,8 @@ class DelayQueue(Generic[PayloadT]):
         groups: dict[Shard, tuple[list[int], list[OfferSpec], list[bool]]] = {}
         for i, spec in enumerate(specs):
             key = protocol.spec_key(spec)
-            shard = routes.home(spec.id if key is None else key)
+            limit_key = protocol.spec_limit_key(spec)  # [L] a limit key's tasks share a shard
+            shard = routes.home(limit_key or (spec.id if key is None else key))
             if key is not None:
                 shard = self._keyed_shard(routes, key, shard)
             group = groups.setdefault(shard, ([], [], []))
@@ -796,6 +801,12 @@ class DelayQueue(Generic[PayloadT]):
         return sum([shard.requeue_dead(None) for shard in routes.every])
 
     # -- flow control [L] --------------------------------------------------------------------
+
+    @property
+    def limits(self) -> Limits:
+        """The queue's limits (:class:`Limits`): ``q.limits.set(key, Limit(...))``,
+        ``get``, ``list``, ``remove``; a task runs under those of its ``limit_key``."""
+        return Limits(self)
 
     def pause(self, until: PauseUntil | None = None, note: str | None = None) -> PauseInfo:
         """Hand out nothing until :meth:`resume` (or ``until``: an aware datetime or epoch

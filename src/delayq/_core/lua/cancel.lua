@@ -11,7 +11,7 @@ local reply = {}
 local cancelled = 0
 for i = 2, #ARGV do
   local id = ARGV[i]
-  if redis.call('ZREM', K_DELAYED, id) == 1 then
+  if redis.call('ZREM', K_DELAYED, id) == 1 or unpark(id) then
     forget(id, now, false)
     cancelled = cancelled + 1
     reply[#reply + 1] = 1

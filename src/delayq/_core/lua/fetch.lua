@@ -36,6 +36,9 @@ local clock = redis.call('TIME')
 local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local now = math.floor(now_us / 1000)
 local paused, paused_until = queue_pause_state(now)
+flow_probe()  -- [L]
+local limited = not paused and flow_seen.lim
+local star_wait, charged = nil, nil  -- [L] when '*' may hand out again; the keys charged
 local old_head = head_score(K_DELAYED)
 local new_min = nil
 
@@ -45,6 +48,7 @@ local lapsed = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', '(' .. fmt(score(
 for i = 1, #lapsed, 2 do
   local id, slot = lapsed[i], slot_of(lapsed[i + 1])
   drop_lease(id)
+  lease_ended({id}, now)
   local attempts = tonumber(redis.call('HGET', K_ATTEMPTS, id) or '0')
   local err = 'lease expired on attempt ' .. attempts
   if attempts >= max_attempts then
@@ -64,7 +68,7 @@ if has_expiry then
   local stale = redis.call('ZRANGEBYSCORE', K_EXPIRY, '-inf', '(' .. fmt(now), 'LIMIT', 0, limit)
   local expired = 0
   for _, id in ipairs(stale) do
-    if redis.call('ZREM', K_DELAYED, id) == 1 then
+    if redis.call('ZREM', K_DELAYED, id) == 1 or unpark(id) then
       forget(id, now, false)
       expired = expired + 1
     else
@@ -86,7 +90,14 @@ local receipt, keep_ms = KEYS[14], tonumber(ARGV[9])
 
 local function next_wake()
   if paused then return paused_until > 0 and paused_until or -1 end  -- [L] resume announces
-  local next_due = head_score(K_DELAYED)
+  local next_due = (not star_wait) and head_score(K_DELAYED)  -- [L] '*' blocked: not due
+  if star_wait and star_wait > 0 then next_due = score(star_wait, 0) end
+  if limited then  -- [L] the next gate time of a parked key
+    local gate = redis.call('ZRANGE', flow_key('lim:gate'), 0, 0, 'WITHSCORES')[2]
+    if gate and (not next_due or score(tonumber(gate), 0) < next_due) then
+      next_due = score(tonumber(gate), 0)
+    end
+  end
   local next_lapse = head_score(K_INFLIGHT)
   local wake = -1
   if next_due then wake = ms_of(next_due) end
@@ -137,7 +148,9 @@ end
 local reply = {now_us, -1, acks}
 if paused then want = 0 end  -- [L] a paused queue hands out nothing; acks still land
 local due = {}
-if want > 0 then
+if want > 0 and limited then  -- [L] limits: over-limit tasks parked, the rest handed out
+  due, charged, star_wait = limited_due(want, limit, now_us, lease_ms > 0)
+elseif want > 0 then
   due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', fmt(score(now, 9)),
     'WITHSCORES', 'LIMIT', 0, want)
 end
@@ -207,6 +220,7 @@ if #ids > 0 then
     count('late:sum', late_sum)
   end
 end
+if limited then limits_charge(reply, charged, lease_ms > 0) end  -- [L]
 count('delivered', handed)
 
 if handed > 0 or acks ~= '' then

@@ -26,6 +26,7 @@ if not lease then
 end
 local slot = slot_of(lease)
 redis.call('ZREM', K_INFLIGHT, id)
+lease_ended({id}, now)
 redis.call('HSET', K_LEASES, id, '~' .. token)
 if err ~= '' then redis.call('HSET', K_ERRORS, id, err) end
 

@@ -17,6 +17,7 @@ local deleted = 0
 local function purge(key, ids)
   if #ids == 0 then return end
   redis.call('ZREM', key, unpack(ids))
+  if key == K_INFLIGHT then lease_ended(ids, now) end
   for _, id in ipairs(ids) do forget(id, now, false) end
   deleted = deleted + #ids
 end
