@@ -5,7 +5,7 @@ import logging as _logging
 from ._async.connection import AsyncConnection, aconnect
 from ._async.queue import AsyncDelayQueue, AsyncTask
 from ._core.durability import Durability
-from ._core.handling import Reject, Retry, WorkerHealth
+from ._core.handling import RateLimited, Reject, Retry, WorkerHealth
 from ._core.limits import Limit, LimitInfo, PauseInfo
 from ._core.models import (
     Backoff,
@@ -77,6 +77,7 @@ __all__ = [
     "PayloadTooLarge",
     "QueueClosed",
     "QueuePolicy",
+    "RateLimited",
     "RedisUnavailable",
     "Reject",
     "Retry",

@@ -131,6 +131,10 @@ class AsyncTask(Generic[PayloadT]):
         """Dead-letter the task now; see :meth:`AsyncDelayQueue.reject`."""
         await self._queue().reject(self, error)
 
+    async def throttle(self, retry_after: Duration) -> None:
+        """Hold the task's limit key; see :meth:`AsyncDelayQueue.throttle`."""
+        await self._queue().throttle(self, retry_after)
+
     async def extend(self, seconds: Duration) -> datetime:
         """Extend the lease; see :meth:`AsyncDelayQueue.extend`."""
         return await self._queue().extend(self, seconds)
@@ -1109,17 +1113,26 @@ class AsyncDelayQueue(Generic[PayloadT]):
         """Hand back an unstarted task (e.g. on shutdown) without counting an attempt."""
         await self._give_back(task, "release", 0, "")
 
+    async def throttle(self, task: AsyncTask, retry_after: Duration) -> None:
+        """[L] The downstream is rate limited (what a handler's :class:`RateLimited` does):
+        the task's ``limit_key`` (none: the whole queue) starts nothing for ``retry_after``
+        seconds and the task waits first in line for it; the attempt is not counted."""
+        wait_ms = duration_ms(retry_after, "retry_after")
+        await self._give_back(task, "throttle", wait_ms, "", due_ms=task.due_ms)
+
     async def reject(self, task: AsyncTask, error: str) -> None:
         """Dead-letter a task now, with ``error`` as the reason."""
         await self._give_back(task, "dead", 0, error)
 
-    async def _give_back(self, task: AsyncTask, outcome: str, delay_ms: int, error: str) -> None:
+    async def _give_back(
+        self, task: AsyncTask, outcome: str, delay_ms: int, error: str, due_ms: int | None = None
+    ) -> None:
         if task.lease_token is None:
             return  # at-most-once: the task already left the queue
         shard = self._shard_of(task)
         self._check_open()
         if not await shard.give_back(
-            self._policy, task.id, task.lease_token, outcome, delay_ms, error
+            self._policy, task.id, task.lease_token, outcome, delay_ms, error, due_ms
         ):
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
         object.__setattr__(task, "_settled", True)

@@ -279,12 +279,20 @@ def parse_fetch(reply: Sequence[Any]) -> FetchResult:
 
 
 def nack_args(
-    policy: Policy, task_id: str | bytes, token: str, outcome: str, delay_ms: int, error: str
+    policy: Policy,
+    task_id: str | bytes,
+    token: str,
+    outcome: str,
+    delay_ms: int,
+    error: str,
+    due_ms: int | None = None,
 ) -> list[Any]:
-    """Arguments of a nack call; ``error`` may hold anything (it is made valid UTF-8)."""
+    """Arguments of a nack call; ``error`` may hold anything (it is made valid UTF-8).
+    ``due_ms``: a throttled task's due time, the place it keeps in its key's line."""
     base, cap, factor = policy.backoff.args()
     error = utf8_safe(error if isinstance(error, str) else str(error))[:4000]
-    return [task_id, token, outcome, delay_ms, error, policy.max_attempts, base, cap, factor]
+    args = [task_id, token, outcome, delay_ms, error, policy.max_attempts, base, cap, factor]
+    return args if due_ms is None else [*args, due_ms]
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,6 +132,10 @@ class Task(Generic[PayloadT]):
         """Dead-letter the task now; see :meth:`DelayQueue.reject`."""
         self._queue().reject(self, error)
 
+    def throttle(self, retry_after: Duration) -> None:
+        """Hold the task's limit key; see :meth:`DelayQueue.throttle`."""
+        self._queue().throttle(self, retry_after)
+
     def extend(self, seconds: Duration) -> datetime:
         """Extend the lease; see :meth:`DelayQueue.extend`."""
         return self._queue().extend(self, seconds)
@@ -1102,16 +1106,27 @@ class DelayQueue(Generic[PayloadT]):
         """Hand back an unstarted task (e.g. on shutdown) without counting an attempt."""
         self._give_back(task, "release", 0, "")
 
+    def throttle(self, task: Task, retry_after: Duration) -> None:
+        """[L] The downstream is rate limited (what a handler's :class:`RateLimited` does):
+        the task's ``limit_key`` (none: the whole queue) starts nothing for ``retry_after``
+        seconds and the task waits first in line for it; the attempt is not counted."""
+        wait_ms = duration_ms(retry_after, "retry_after")
+        self._give_back(task, "throttle", wait_ms, "", due_ms=task.due_ms)
+
     def reject(self, task: Task, error: str) -> None:
         """Dead-letter a task now, with ``error`` as the reason."""
         self._give_back(task, "dead", 0, error)
 
-    def _give_back(self, task: Task, outcome: str, delay_ms: int, error: str) -> None:
+    def _give_back(
+        self, task: Task, outcome: str, delay_ms: int, error: str, due_ms: int | None = None
+    ) -> None:
         if task.lease_token is None:
             return  # at-most-once: the task already left the queue
         shard = self._shard_of(task)
         self._check_open()
-        if not shard.give_back(self._policy, task.id, task.lease_token, outcome, delay_ms, error):
+        if not shard.give_back(
+            self._policy, task.id, task.lease_token, outcome, delay_ms, error, due_ms
+        ):
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
         object.__setattr__(task, "_settled", True)
 

@@ -40,6 +40,7 @@ COUNTERS = {
     "decode_failures": "Stored tasks that could not be decoded (dead-lettered).",
     "requeued": "Dead-lettered tasks put back on the queue.",
     "purged": "Tasks deleted by purge.",
+    "throttled": "Tasks given back by a handler's RateLimited (no attempt counted).",
 }
 
 

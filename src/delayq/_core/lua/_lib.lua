@@ -102,6 +102,8 @@ end
 --   lim:gate   ZSET limit key -> ms its parked head may run again (a rate limit's exact
 --              retry-after; '*': when the queue may hand out again)
 --   lim:full   SET limit keys at their concurrency cap with tasks waiting ('*' too)
+--   lim:hold   HASH limit key -> ms until which a handler's RateLimited holds it ('*': a
+--              task without a limit key raised it: the whole queue waits)
 -- A key with parked tasks always has a way back: a gate time, or a place in lim:full that
 -- the next lease to end takes up (one freed slot re-admits one waiter).
 local function limit_of(spec)
@@ -137,11 +139,13 @@ end
 -- call: one EXISTS for a queue that uses no limits.
 local function flow_probe()
   if flow_seen.held ~= nil then return end
-  local lim, held, task = flow_key('lim'), flow_key('lim:held'), flow_key('lim:task')
-  if redis.call('EXISTS', lim, held, task) == 0 then
+  local lim, hold, gate = flow_key('lim'), flow_key('lim:hold'), flow_key('lim:gate')
+  local held, task = flow_key('lim:held'), flow_key('lim:task')
+  if redis.call('EXISTS', lim, hold, gate, held, task) == 0 then
     flow_seen.lim, flow_seen.held, flow_seen.task = false, false, false
   else
-    flow_seen.lim = redis.call('EXISTS', lim) == 1
+    -- limits, a RateLimited hold or a parked key's gate: fetch takes the limited path
+    flow_seen.lim = redis.call('EXISTS', lim, hold, gate) > 0
     flow_seen.held = redis.call('EXISTS', held) == 1
     flow_seen.task = redis.call('EXISTS', task) == 1
   end
@@ -193,7 +197,8 @@ local function limited_due(want, scan, now_us, leased)
   local now = math.floor(now_us / 1000)
   local LIM, TAT, RUN = flow_key('lim'), flow_key('lim:tat'), flow_key('lim:run')
   local GATE, FULL = flow_key('lim:gate'), flow_key('lim:full')
-  local specs, tats, runs, heads, changed = {}, {}, {}, {}, {}
+  local specs, tats, runs, heads, changed, holds = {}, {}, {}, {}, {}, {}
+  local HOLD = flow_key('lim:hold')
   local default = false
   local function limit_for(key)
     if specs[key] == nil then
@@ -214,8 +219,21 @@ local function limited_due(want, scan, now_us, leased)
     if not runs[key] then runs[key] = tonumber(redis.call('HGET', RUN, key) or '0') end
     return runs[key]
   end
+  local function held_until(key)
+    if holds[key] == nil then
+      local h = tonumber(redis.call('HGET', HOLD, key) or '0')
+      if h > 0 and h <= now then
+        redis.call('HDEL', HOLD, key)
+        h = 0
+      end
+      holds[key] = h
+    end
+    return holds[key]
+  end
   -- nil if key's limit lets one more start now, else 'full' or the retry-after (ms)
   local function refusal(key, lim)
+    local hold = held_until(key)
+    if hold > now then return hold end
     if not lim then return nil end
     if leased and lim.conc and running(key) >= lim.conc then return 'full' end
     if lim.rate then
@@ -238,18 +256,23 @@ local function limited_due(want, scan, now_us, leased)
   local opened = redis.call('ZRANGEBYSCORE', GATE, '-inf', now, 'LIMIT', 0, scan)
   for _, key in ipairs(opened) do
     local lim = limit_for(key)
-    local n = 1
+    local n = scan  -- no limit to keep: a RateLimited hold ran out, or the limit is gone
     if lim and lim.rate then
       n = math.max(1, math.floor((now_us - (tat_of(key) - lim.tau)) / lim.t) + 1)
       if n > lim.burst then n = lim.burst end
-    elseif not lim then
-      n = scan  -- its limit is gone: every waiter may go
+    elseif lim and lim.conc then
+      n = lim.conc
     end
     if key ~= '*' then readmit(key, n) end
-    if key ~= '*' and redis.call('EXISTS', parked_key(key)) == 1 and lim and lim.rate then
-      redis.call('ZADD', GATE, math.ceil((tat_of(key) + n * lim.t - lim.tau) / 1000), key)
-    else
+    if key == '*' or redis.call('EXISTS', parked_key(key)) == 0 then
       redis.call('ZREM', GATE, key)
+    elseif lim and lim.rate then  -- when the first one not let go now may start
+      redis.call('ZADD', GATE, math.ceil((tat_of(key) + n * lim.t - lim.tau) / 1000), key)
+    elseif lim and lim.conc then  -- the rest wait for slots: each lease that ends lets one go
+      redis.call('ZREM', GATE, key)
+      redis.call('SADD', FULL, key)
+    else
+      redis.call('ZADD', GATE, now, key)  -- no limit: the next look lets the next ones go
     end
   end
 
@@ -313,6 +336,26 @@ local function limits_charge(reply, charged, leased)
   if #fields == 0 then return end
   redis.call('HSET', flow_key('lim:held'), unpack(fields))
   for key, n in pairs(per_key) do redis.call('HINCRBY', flow_key('lim:run'), key, n) end
+end
+
+-- [L] A handler raised RateLimited(delay): hold the task's limit key (none: the whole queue)
+-- until now + delay and park the task in line for it under its own due time (due_ms), so it
+-- keeps its place. Nothing counts an attempt.
+local function throttle(id, slot, due_ms, now, delay)
+  local key = redis.call('HGET', flow_key('lim:task'), id) or '*'
+  local HOLD = flow_key('lim:hold')
+  local until_ms = math.max(now + delay, tonumber(redis.call('HGET', HOLD, key) or '0'))
+  redis.call('HSET', HOLD, key, until_ms)
+  redis.call('ZADD', flow_key('lim:gate'), until_ms, key)
+  local s = score(due_ms, slot)
+  if key == '*' then
+    redis.call('ZADD', K_DELAYED, fmt(s), id)  -- no key to park under: the queue waits
+  else
+    redis.call('ZADD', parked_key(key), fmt(s), id)
+  end
+  count('throttled', 1)
+  wake_now(until_ms)  -- consumers asleep learn when the key (or queue) may start again
+  return until_ms
 end
 
 -- [L] The limit keys of tasks leaving for good: drop their lim:task entries.
