@@ -120,7 +120,7 @@ def describe(limit: Limit | None) -> str:
         return "-"
     parts = []
     if limit.rate is not None:
-        per = float(limit.per)
+        per = limit.per.total_seconds() if isinstance(limit.per, timedelta) else float(limit.per)
         parts.append(f"{limit.rate:g}/{'s' if per == 1 else format_duration(per)}")
         if limit.burst:
             parts.append(f"burst {limit.burst}")
