@@ -296,3 +296,24 @@ async def test_async_limits(make_async_queue) -> None:
     await second.ack()
     assert [row.key for row in await q.limits.list()] == ["t"]
     assert await q.limits.remove("t")
+
+
+def test_whole_queue_rate_is_kept_and_batched(make_queue) -> None:
+    """'*' at 20/s, burst 4, over unkeyed tasks: never more than rate + burst in a second,
+    the span as GCRA says, and consumers wake for batches (up to the burst) when throttled."""
+    q = make_queue("star", safety_interval=30)
+    q.limits.set("*", Limit(rate=20, burst=4))
+    q.offer_many([(i, 0) for i in range(24)])
+    starts, fetched = [], 0
+    while len(starts) < 24:
+        batch = q.poll_many(10, timeout=5)
+        assert batch
+        fetched += 1
+        for task in batch:
+            starts.append(task.delivered_at.timestamp())
+            task.ack()
+    starts.sort()
+    for i, t in enumerate(starts):
+        assert sum(1 for u in starts[i:] if u < t + 1.0) <= 20 + 4
+    assert 0.99 <= starts[-1] - starts[0] < 1.6, starts[-1] - starts[0]
+    assert fetched <= 8, f"{fetched} hand-outs for 24 tasks: throttled consumers fetch one by one"
