@@ -290,9 +290,9 @@ local function limited_due(want, scan, now_us, leased)
     local s, key = due[2 * k], keys[k] or ''
     local why = refusal('*', star)
     if why and why ~= 'full' and star and star.rate and held_until('*') <= now then
-      -- Wake when a batch may start (up to the burst the limit allows anyway, and no more
-      -- than are due): consumers then fetch batches, not one task per round trip.
-      local batch = math.min(star.burst, want, #ids - k + 1)
+      -- Wake when a batch may start (the burst the limit allows anyway, no more than are
+      -- due): the consumers woken then fetch batches, not one task per round trip each.
+      local batch = math.min(star.burst, #ids - k + 1)
       if batch > 1 then why = math.ceil((tat_of('*') - star.tau + (batch - 1) * star.t) / 1000) end
     end
     if why then
