@@ -40,7 +40,6 @@ thread.start()
 assert sent.wait(10)
 worker.stop()
 thread.join(10)
-print(
-    queue.stats().counters["throttled"], "throttled; the provider was called", len(calls), "times"
-)
+throttled = queue.stats().counters["throttled:ratelimited"]
+print(throttled, "throttled; the provider was called", len(calls), "times")
 queue.close()

@@ -317,3 +317,29 @@ def test_whole_queue_rate_is_kept_and_batched(make_queue) -> None:
         assert sum(1 for u in starts[i:] if u < t + 1.0) <= 20 + 4
     assert 0.99 <= starts[-1] - starts[0] < 1.6, starts[-1] - starts[0]
     assert fetched <= 8, f"{fetched} hand-outs for 24 tasks: throttled consumers fetch one by one"
+
+
+def test_the_exporter_reports_pause_and_limits(make_queue, redis_url: str) -> None:
+    from delayq.metrics import QueueCollector
+
+    q = make_queue("m")
+    q.limits.set("t", Limit(concurrency=1))
+    q.offer_many(keyed(3, "t"))
+    q.offer_many(keyed(1, 'odd "key"\n'))
+    leased = q.poll_many(10, timeout=2)
+    assert len(leased) == 2
+    q.pause()
+    collector = QueueCollector(redis_url, prefix=q.keys.prefix, queues=["m"])
+    try:
+        text = collector.render()
+    finally:
+        collector.close()
+    assert 'delayq_queue_paused{queue="m"} 1' in text
+    assert 'delayq_limit_waiting{queue="m",key="_all"} 2' in text
+    assert 'delayq_limit_waiting{queue="m",key="t"} 2' in text
+    assert 'delayq_limit_running{queue="m",key="_all"} 2' in text
+    assert 'delayq_limit_running{queue="m",key="odd \\"key\\"\\n"} 1' in text
+    assert 'delayq_limit_throttled_total{queue="m",reason="concurrency"} 2' in text
+    assert 'delayq_limit_throttled_total{queue="m",reason="rate"} 0' in text
+    stats = q.stats()
+    assert stats.limit_waiting == {"": 2, "t": 2} and stats.limit_running["t"] == 1

@@ -34,7 +34,7 @@ def test_consume_loop_rate_limited_holds_only_its_key(make_queue) -> None:
     assert a1_again[1] == 1, "RateLimited counted an attempt"
     assert a1_again[2] >= 0.5, "the key started again before its retry_after"
     assert a1_again[2] < 2.5, "the key waited past its retry_after"
-    assert q.stats().counters.get("throttled") == 1
+    assert q.stats().counters.get("throttled:ratelimited") == 1
 
 
 def raise_in_loop(task: Any) -> None:

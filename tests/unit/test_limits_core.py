@@ -15,9 +15,9 @@ from delayq._core.limits import (
     DEFAULT_KEY,
     check_limit_key,
     check_same_shard,
-    pause_args,
     parse_limit_rows,
     parse_pause,
+    pause_args,
 )
 from delayq._core.offers import build_offer, is_plain
 from delayq._core.sharding import shard_of
@@ -85,7 +85,7 @@ def test_pause_arguments_and_replies() -> None:
     assert pause_args(None, None) == ["pause", "", ""]
     assert pause_args(timedelta(seconds=1.5), "why") == ["pause", "d1500", "why"]
     assert pause_args(datetime(2030, 1, 1, tzinfo=UTC), None)[1] == "a1893456000000"
-    for bad in (datetime(2030, 1, 1), "soon", timedelta(0), float("nan")):  # noqa: DTZ001
+    for bad in (datetime(2030, 1, 1), "soon", timedelta(0), float("nan")):
         with pytest.raises(ConfigError):
             pause_args(bad, None)  # type: ignore[arg-type]
     info = parse_pause([1, 0, 1893456000000, b"note"])

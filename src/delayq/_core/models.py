@@ -122,6 +122,10 @@ class Stats:
     shards: tuple[Stats, ...] = ()  # a sharded queue's sub-queues, in shard order
     paused: bool = False  # q.pause(): nothing is handed out until q.resume() or paused_until
     paused_until: datetime | None = None  # a timed pause's end; None: until resumed
+    # Limits: tasks parked per limit key and leases held per key, for the 10 keys with the
+    # most ("" = the queue's total); q.limits.list() has every key.
+    limit_waiting: Mapping[str, int] = field(default_factory=dict)
+    limit_running: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:

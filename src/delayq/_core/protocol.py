@@ -339,6 +339,8 @@ class StatsReply:
     lateness_sum: float  # seconds
     seen_ms: int | None  # when a consumer last fetched
     paused_until_ms: int | None = None  # [L] None: not paused; 0: until resumed
+    limit_waiting: dict[str, int] = dataclasses.field(default_factory=dict)  # [L] "" = total
+    limit_running: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -352,12 +354,18 @@ def parse_stats(reply: Sequence[Any]) -> StatsReply:
     counters: dict[str, int] = {}
     lateness = dict.fromkeys((*(ms / 1000 for ms in LATENESS_BUCKETS_MS), math.inf), 0)
     lateness_sum_ms, seen_ms, paused_until_ms = 0, None, None
+    waiting: dict[str, int] = {}
+    running: dict[str, int] = {}
     for i in range(8, len(reply), 2):
         field, value = _text(reply[i]), int(reply[i + 1])
         if field == "seen_ms":
             seen_ms = value
         elif field == "pause:until":
             paused_until_ms = value
+        elif field in ("lim:waiting", "lim:running"):  # [L] the totals, under key ""
+            (waiting if field == "lim:waiting" else running)[""] = value
+        elif field.startswith(("limw:", "limr:")):
+            (waiting if field.startswith("limw:") else running)[field[5:]] = value
         elif field == "late:sum":
             lateness_sum_ms = value
         elif field.startswith("late:"):
@@ -380,6 +388,8 @@ def parse_stats(reply: Sequence[Any]) -> StatsReply:
         lateness_sum=lateness_sum_ms / 1000,
         seen_ms=seen_ms,
         paused_until_ms=paused_until_ms,
+        limit_waiting=waiting,
+        limit_running=running,
     )
 
 
@@ -402,6 +412,8 @@ def stats_from_reply(name: str, reply: Sequence[Any]) -> Stats:
         consumer_seen_at=to_datetime(raw.seen_ms),
         paused=raw.paused_until_ms is not None,
         paused_until=to_datetime(raw.paused_until_ms or None),
+        limit_waiting=raw.limit_waiting,
+        limit_running=raw.limit_running,
     )
 
 

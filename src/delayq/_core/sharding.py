@@ -10,7 +10,7 @@ from __future__ import annotations
 import binascii
 import zlib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -146,6 +146,13 @@ def _pause_end(parts: Sequence[Stats]) -> datetime | None:
     return None if not ends or None in ends else max(e for e in ends if e is not None)
 
 
+def _summed(maps: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    total: Counter[str] = Counter()
+    for values in maps:
+        total.update(values)
+    return dict(total)
+
+
 def merged_stats(name: str, parts: Sequence[Stats]) -> Stats:
     """The stats of a logical queue from its shards' (each read atomically on its own)."""
     counters: Counter[str] = Counter()
@@ -172,6 +179,8 @@ def merged_stats(name: str, parts: Sequence[Stats]) -> Stats:
         # a sharded queue is paused (and resumed) shard by shard: paused while any shard is
         paused=any(p.paused for p in parts),
         paused_until=_pause_end(parts),
+        limit_waiting=_summed(p.limit_waiting for p in parts),
+        limit_running=_summed(p.limit_running for p in parts),
     )
 
 

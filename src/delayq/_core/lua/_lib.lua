@@ -283,6 +283,7 @@ local function limited_due(want, scan, now_us, leased)
   for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
   local keys = flow_seen.task and redis.call('HMGET', flow_key('lim:task'), unpack(ids)) or {}
   local picked, charged, moved = {}, {}, {}
+  local parked_for = {rate = 0, concurrency = 0, queued = 0}  -- counted by reason
   local star = limit_for('*')
   local star_wait = nil
   for k, id in ipairs(ids) do
@@ -313,6 +314,8 @@ local function limited_due(want, scan, now_us, leased)
       if not heads[key] or tonumber(s) < heads[key] then heads[key] = tonumber(s) end
       if why == 'full' then redis.call('SADD', FULL, key)
       elseif why ~= 'behind' then redis.call('ZADD', GATE, why, key) end
+      local reason = why == 'full' and 'concurrency' or (why == 'behind' and 'queued' or 'rate')
+      parked_for[reason] = parked_for[reason] + 1
     else
       take('*', star)
       take(key, lim)
@@ -322,6 +325,7 @@ local function limited_due(want, scan, now_us, leased)
     end
   end
   if #moved > 0 then redis.call('ZREM', K_DELAYED, unpack(moved)) end
+  for reason, n in pairs(parked_for) do count('throttled:' .. reason, n) end
   for key in pairs(changed) do redis.call('HSET', TAT, key, fmt(math.ceil(tats[key]))) end
   return picked, charged, star_wait
 end
@@ -359,7 +363,7 @@ local function throttle(id, slot, due_ms, now, delay)
   else
     redis.call('ZADD', parked_key(key), fmt(s), id)
   end
-  count('throttled', 1)
+  count('throttled:ratelimited', 1)
   wake_now(until_ms)  -- consumers asleep learn when the key (or queue) may start again
   return until_ms
 end
