@@ -343,3 +343,17 @@ def test_the_exporter_reports_pause_and_limits(make_queue, redis_url: str) -> No
     assert 'delayq_limit_throttled_total{queue="m",reason="rate"} 0' in text
     stats = q.stats()
     assert stats.limit_waiting == {"": 2, "t": 2} and stats.limit_running["t"] == 1
+
+
+def test_flow_control_survives_a_script_flush(make_queue, client: redis.Redis) -> None:
+    q = make_queue("flush")
+    client.script_flush()
+    q.limits.set("t", Limit(concurrency=1))
+    client.script_flush()
+    assert q.limits.get("t").limit == Limit(concurrency=1)
+    client.script_flush()
+    q.pause(until=timedelta(minutes=1))
+    client.script_flush()
+    assert q.resume()
+    client.script_flush()
+    assert q.limits.list()[0].key == "t" and q.limits.remove("t")
