@@ -76,10 +76,29 @@ end
 -- own prefix (`prefix:{name}:` + role), so they share its hash tag and cluster slot.
 local function flow_key(role) return string.sub(K_COUNTERS, 1, -9) .. role end
 
--- Whether the queue is paused at now, and until when (0: until resumed). One HGET of a key
--- that does not exist is all an unpaused queue pays. A timed pause that ran out ends here,
--- on the server's clock, whoever looks first.
+-- Which flow-control state the queue has (pause, limits, holds, gates, held slots, tasks'
+-- limit keys), looked up once per call: one EXISTS for a queue that uses none of it.
+local function flow_probe()
+  if flow_seen.held ~= nil then return end
+  local pause, lim, hold = flow_key('pause'), flow_key('lim'), flow_key('lim:hold')
+  local gate, held, task = flow_key('lim:gate'), flow_key('lim:held'), flow_key('lim:task')
+  if redis.call('EXISTS', pause, lim, hold, gate, held, task) == 0 then
+    flow_seen.pause, flow_seen.lim, flow_seen.held, flow_seen.task = false, false, false, false
+  else
+    flow_seen.pause = redis.call('EXISTS', pause) == 1
+    -- limits, a RateLimited hold or a parked key's gate: fetch takes the limited path
+    flow_seen.lim = redis.call('EXISTS', lim, hold, gate) > 0
+    flow_seen.held = redis.call('EXISTS', held) == 1
+    flow_seen.task = redis.call('EXISTS', task) == 1
+  end
+end
+
+-- Whether the queue is paused at now, and until when (0: until resumed). An unpaused queue
+-- pays flow_probe's one EXISTS (shared with the limits). A timed pause that ran out ends
+-- here, on the server's clock, whoever looks first.
 local function queue_pause_state(now)
+  flow_probe()
+  if not flow_seen.pause then return false, nil end
   local key = flow_key('pause')
   local until_ms = redis.call('HGET', key, 'until')
   if not until_ms then return false, nil end
@@ -133,22 +152,6 @@ local function readmit(key, n)
   end
   redis.call('ZADD', K_DELAYED, unpack(fields))
   return head
-end
-
--- Which per-task flow-control state the queue has (lim:held, lim:task), looked up once per
--- call: one EXISTS for a queue that uses no limits.
-local function flow_probe()
-  if flow_seen.held ~= nil then return end
-  local lim, hold, gate = flow_key('lim'), flow_key('lim:hold'), flow_key('lim:gate')
-  local held, task = flow_key('lim:held'), flow_key('lim:task')
-  if redis.call('EXISTS', lim, hold, gate, held, task) == 0 then
-    flow_seen.lim, flow_seen.held, flow_seen.task = false, false, false
-  else
-    -- limits, a RateLimited hold or a parked key's gate: fetch takes the limited path
-    flow_seen.lim = redis.call('EXISTS', lim, hold, gate) > 0
-    flow_seen.held = redis.call('EXISTS', held) == 1
-    flow_seen.task = redis.call('EXISTS', task) == 1
-  end
 end
 
 local function wake_now(now)
