@@ -254,7 +254,10 @@ def health(
 ) -> str:
     """``ok``; ``dead`` (dead-lettered tasks wait for someone to look at them); ``late``
     (overdue tasks, consumers at work); or ``stuck``: overdue tasks and no consumer fetched for
-    ``grace_s``, or none was delivered during the last ``grace_s``. The worst one wins."""
+    ``grace_s``, or none was delivered during the last ``grace_s``. The worst one wins. A
+    paused queue is ``paused`` (it hands out nothing on purpose) unless it has dead tasks."""
+    if stats.paused:  # [L]
+        return "dead" if stats.dead > 0 else "paused"
     if stats.overdue <= 0:
         return "dead" if stats.dead > 0 else "ok"
     seen = stats.consumer_seen_at
@@ -266,4 +269,4 @@ def health(
 
 
 # Main-page order: the queues that need someone first.
-HEALTH_RANK = {"stuck": 0, "late": 1, "dead": 2, "ok": 3}
+HEALTH_RANK = {"stuck": 0, "late": 1, "dead": 2, "paused": 3, "ok": 4}
