@@ -5,7 +5,8 @@ import logging as _logging
 from ._async.connection import AsyncConnection, aconnect
 from ._async.queue import AsyncDelayQueue, AsyncTask
 from ._core.durability import Durability
-from ._core.handling import Reject, Retry, WorkerHealth
+from ._core.handling import RateLimited, Reject, Retry, WorkerHealth
+from ._core.limits import Limit, LimitInfo, PauseInfo
 from ._core.models import (
     Backoff,
     DeadTask,
@@ -68,13 +69,17 @@ __all__ = [
     "InvalidDelay",
     "InvalidTaskError",
     "LeaseLost",
+    "Limit",
+    "LimitInfo",
     "NotDurable",
     "Offer",
     "OfferOptions",
     "OfferOutcome",
+    "PauseInfo",
     "PayloadTooLarge",
     "QueueClosed",
     "QueuePolicy",
+    "RateLimited",
     "RedisUnavailable",
     "Reject",
     "Retry",

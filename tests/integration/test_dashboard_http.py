@@ -419,3 +419,22 @@ def test_health_needs_overdue_and_an_idle_consumer() -> None:
     history.add("q", Sample(0.0, 5, 5, {}))
     history.add("q", Sample(40.0, 5, 5, {}))  # nothing delivered for 40 s
     assert health(seen, now, history) == "stuck"
+
+
+async def test_a_paused_queue_and_its_limits_are_shown(queues: Any, dash: Any) -> None:
+    from delayq import Limit, Offer
+
+    q = queues("held")
+    await q.limits.set("tenant<1>", Limit(concurrency=1))
+    await q.offer_many([Offer(i, 0, limit_key="tenant<1>") for i in range(3)])
+    assert len(await q.poll_many(10, timeout=2)) == 1
+    await q.pause(until=timedelta(minutes=5))
+    client, _ = dash()
+    index = (await client.get("/")).text
+    assert 'class="paused" data-queue="held"' in index and "1 paused" in index
+    page = (await client.get("/q/held")).text
+    assert 'id="paused"' in page and "until resumed" not in page
+    assert "2 task(s) waiting, 1 lease(s) running" in page
+    assert "tenant&lt;1&gt; (2)" in page  # escaped, as all Redis data
+    await q.resume()
+    assert 'id="paused"' not in (await client.get("/q/held")).text

@@ -40,6 +40,10 @@ QUEUE_METRICS = {
     "delayq_decode_failures_total",
     "delayq_requeued_total",
     "delayq_purged_total",
+    "delayq_queue_paused",
+    "delayq_limit_waiting",
+    "delayq_limit_running",
+    "delayq_limit_throttled_total",
     "delayq_exporter_up",
     "delayq_exporter_scrape_duration_seconds",
     # `delayq exporter --dsn` (metrics/_outbox.py)
@@ -87,6 +91,7 @@ ALERTS = {
     "DelayqOutboxDeadRows",
     "DelayqScheduleStuck",
     "DelayqScheduleNoSuccess",
+    "DelayqQueuePausedTooLong",
 }
 # Alerts whose series may carry no queue label (a whole exporter or a never-scraped worker,
 # an outbox table).

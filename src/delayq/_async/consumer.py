@@ -72,7 +72,9 @@ class AsyncConsumer(Generic[PayloadT]):
                 settled = True
             else:
                 outcome = outcome_of(error, task.attempts, queue.policy.max_attempts)
-                if outcome.verdict is Verdict.REJECT:
+                if outcome.verdict is Verdict.THROTTLE:  # [L] RateLimited
+                    await queue.throttle(task, outcome.delay or 0)
+                elif outcome.verdict is Verdict.REJECT:
                     await queue.reject(task, outcome.error)
                 else:
                     await queue.retry(task, outcome.delay, error=outcome.error)

@@ -21,11 +21,12 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Generic, Self, Unpack, cast
 
-from .._core import protocol, sharding
+from .._core import limits, protocol, sharding
 from .._core.codecs import PayloadT
 from .._core.connection import Topology
 from .._core.durability import Durability
 from .._core.keys import QueueKeys
+from .._core.limits import PauseInfo, PauseUntil, check_same_shard
 from .._core.models import (
     Backoff,
     DeadTask,
@@ -65,6 +66,7 @@ from ..exceptions import (
 )
 from . import backend, runner
 from .consumer import AsyncConsumer
+from .limits import AsyncLimits
 from .schedules import AsyncSchedules
 from .shard import AsyncShard, ShardSettings, Watch
 
@@ -140,6 +142,10 @@ class AsyncTask(Generic[PayloadT]):
     async def reject(self, error: str) -> None:
         """Dead-letter the task now; see :meth:`AsyncDelayQueue.reject`."""
         await self._queue().reject(self, error)
+
+    async def throttle(self, retry_after: Duration) -> None:
+        """Hold the task's limit key; see :meth:`AsyncDelayQueue.throttle`."""
+        await self._queue().throttle(self, retry_after)
 
     async def extend(self, seconds: Duration) -> datetime:
         """Extend the lease; see :meth:`AsyncDelayQueue.extend`."""
@@ -612,8 +618,11 @@ class AsyncDelayQueue(Generic[PayloadT]):
         that routes there too (so it is found by its id alone); another task goes to its id's
         shard."""
         count = len(routes.current)
-        if offer.key is not None:
-            shard = sharding.shard_of(protocol.check_key(offer.key), count)
+        routed_by = offer.key if offer.limit_key is None else offer.limit_key  # [L]
+        if offer.key is not None and offer.limit_key is not None and count > 1:
+            check_same_shard(offer.key, offer.limit_key, count)
+        if routed_by is not None:
+            shard = sharding.shard_of(protocol.check_key(routed_by), count)
             if drawn is None or sharding.shard_of(drawn, count) != shard:
                 drawn = sharding.id_for_shard(shard, count, protocol.new_task_id)
             return routes.current[shard], drawn
@@ -856,6 +865,32 @@ class AsyncDelayQueue(Generic[PayloadT]):
                     return moved
             return 0
         return sum([await shard.requeue_dead(None) for shard in routes.every])
+
+    # -- flow control [L] --------------------------------------------------------------------
+
+    @property
+    def limits(self) -> AsyncLimits:
+        """The queue's limits (:class:`AsyncLimits`): ``await q.limits.set(key, Limit(...))``,
+        ``get``, ``list``, ``remove``; a task runs under those of its ``limit_key``."""
+        return AsyncLimits(self)
+
+    async def pause(self, until: PauseUntil | None = None, note: str | None = None) -> PauseInfo:
+        """Hand out nothing until :meth:`resume` (or ``until``: an aware datetime or epoch
+        seconds, or a timedelta from now, on the server's clock). Producers keep offering;
+        leases in flight run on and their acks land; consumers sleep until the pause ends.
+        The pause is kept in Redis (so every consumer sees it, and it survives a restart with
+        AOF). Pausing a paused queue replaces its end and note."""
+        args = limits.pause_args(until, note)
+        infos = [limits.parse_pause(await s.run(Op.LIMIT_PAUSE, args)) for s in await self._all()]
+        return infos[0]
+
+    async def resume(self) -> bool:
+        """End a pause at once and wake the consumers; True if the queue was paused."""
+        replies = [await s.run(Op.LIMIT_PAUSE, ["resume"]) for s in await self._all()]
+        return any(int(reply[0]) == 1 for reply in replies)
+
+    async def _all(self) -> list[AsyncShard]:
+        return (await self._routes()).every
 
     # -- consuming --------------------------------------------------------------------------
 
@@ -1139,17 +1174,26 @@ class AsyncDelayQueue(Generic[PayloadT]):
         """Hand back an unstarted task (e.g. on shutdown) without counting an attempt."""
         await self._give_back(task, "release", 0, "")
 
+    async def throttle(self, task: AsyncTask, retry_after: Duration) -> None:
+        """[L] The downstream is rate limited (what a handler's :class:`RateLimited` does):
+        the task's ``limit_key`` (none: the whole queue) starts nothing for ``retry_after``
+        seconds and the task waits first in line for it; the attempt is not counted."""
+        wait_ms = duration_ms(retry_after, "retry_after")
+        await self._give_back(task, "throttle", wait_ms, "", due_ms=task.due_ms)
+
     async def reject(self, task: AsyncTask, error: str) -> None:
         """Dead-letter a task now, with ``error`` as the reason."""
         await self._give_back(task, "dead", 0, error)
 
-    async def _give_back(self, task: AsyncTask, outcome: str, delay_ms: int, error: str) -> None:
+    async def _give_back(
+        self, task: AsyncTask, outcome: str, delay_ms: int, error: str, due_ms: int | None = None
+    ) -> None:
         if task.lease_token is None:
             return  # at-most-once: the task already left the queue
         shard = self._shard_of(task)
         self._check_open()
         if not await shard.give_back(
-            self._policy, task.id, task.lease_token, outcome, delay_ms, error
+            self._policy, task.id, task.lease_token, outcome, delay_ms, error, due_ms
         ):
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
         object.__setattr__(task, "_settled", True)

@@ -455,10 +455,18 @@ class AsyncShard:
         return acked
 
     async def give_back(
-        self, policy: Policy, task_id: str, token: str, outcome: str, delay_ms: int, error: str
+        self,
+        policy: Policy,
+        task_id: str,
+        token: str,
+        outcome: str,
+        delay_ms: int,
+        error: str,
+        due_ms: int | None = None,
     ) -> bool:
-        """Retry, release or dead-letter a leased task; False if the lease was lost."""
-        args = protocol.nack_args(policy, task_id, token, outcome, delay_ms, error)
+        """Retry, release, throttle or dead-letter a leased task; False if the lease was
+        lost."""
+        args = protocol.nack_args(policy, task_id, token, outcome, delay_ms, error, due_ms)
         return protocol.parse_nack(await self.run(Op.NACK, args)).held
 
     async def extend(self, task_id: str, token: str, ms: int) -> int | None:

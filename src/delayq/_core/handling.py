@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -31,10 +32,23 @@ class Reject(Exception):
         self.reason = reason
 
 
+class RateLimited(Exception):
+    """Raise from a handler when the downstream said "too many requests" (an HTTP 429):
+    the task's ``limit_key`` (or, for a task without one, the whole queue) starts nothing for
+    ``retry_after`` seconds, and the task waits first in line for it. The attempt is not
+    counted, so a throttled task is never dead-lettered for it."""
+
+    def __init__(self, retry_after: float | timedelta = 1.0, reason: str = "rate limited") -> None:
+        super().__init__(reason)
+        self.retry_after = retry_after
+        self.reason = reason
+
+
 class Verdict(StrEnum):
     ACK = "ack"
     RETRY = "retry"  # again after a delay or the backoff; dead after max_attempts
     REJECT = "reject"  # dead-letter now
+    THROTTLE = "throttle"  # [L] RateLimited: the key waits ``delay``; no attempt counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +65,12 @@ def outcome_of(exc: BaseException | None, attempts: int, max_attempts: int) -> O
         return Outcome(Verdict.ACK)
     if isinstance(exc, Reject):
         return Outcome(Verdict.REJECT, error=f"rejected: {_text(exc.reason)}", dead=True)
+    if isinstance(exc, RateLimited):
+        try:
+            wait = duration_ms(exc.retry_after, "retry_after") / 1000
+        except DelayqError as bad:  # a handler's mistake: wait a second rather than lose it
+            return Outcome(Verdict.THROTTLE, 1.0, f"{_text(exc.reason)} ({_text(bad)}: 1 s)")
+        return Outcome(Verdict.THROTTLE, wait, _text(exc.reason))
     if isinstance(exc, Retry):
         reason, delay = _text(exc.reason), exc.delay
         if delay is not None:

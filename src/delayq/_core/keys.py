@@ -120,3 +120,20 @@ class QueueKeys:
     def registry(self) -> str:
         """The set of known queue names (outside the queue's slot: written by clients only)."""
         return f"{self.prefix}:queues"
+
+    # -- [L] flow control (issue #20): keys the scripts derive from the prefix (lua/_lib.lua)
+
+    @property
+    def pause(self) -> str:
+        """HASH until/since/note of a paused queue (absent: not paused)."""
+        return self.key("pause")
+
+    @property
+    def limits(self) -> str:
+        """HASH limit key -> encoded :class:`~delayq.Limit` (absent: no limits)."""
+        return self.key("lim")
+
+    def limit_state(self, part: str) -> str:
+        """A limit state key: ``task``, ``tat``, ``run``, ``held``, ``gate``, ``full``,
+        ``hold`` or ``w:<limit key>`` (the tasks parked for that key)."""
+        return self.key(f"lim:{part}")

@@ -131,6 +131,12 @@ class Stats:
     # Leases that ran out with no consumer back to reclaim them (a fetch does, delivering the
     # task again): many, or any for long, means the consumers are gone or stuck.
     expired: int = 0
+    paused: bool = False  # q.pause(): nothing is handed out until q.resume() or paused_until
+    paused_until: datetime | None = None  # a timed pause's end; None: until resumed
+    # Limits: tasks parked per limit key and leases held per key, for the 10 keys with the
+    # most ("" = the queue's total); q.limits.list() has every key.
+    limit_waiting: Mapping[str, int] = field(default_factory=dict)
+    limit_running: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:

@@ -14,6 +14,7 @@ from typing import Any, Final, TypedDict
 
 from ..exceptions import TaskIdConflict
 from .envelope import EnvelopeCodec
+from .limits import offered_limit_key
 from .models import DedupMode
 from .options import dedup_mode
 from .protocol import (
@@ -123,7 +124,9 @@ class OfferOptions(TypedDict, total=False):
     first among tasks due at once (0 by default). ``headers``: string metadata handed to the
     consumer. ``ttl``: drop the task if not delivered that long after its due time.
     ``key_ttl``: keep the key taken that long after the task completes. ``dedup``: ``"keep"``
-    or ``"replace"``, overriding the queue's. Durations are seconds or a ``timedelta``.
+    or ``"replace"``, overriding the queue's. ``limit_key``: the key whose limits
+    (``q.limits``) the task runs under, e.g. a tenant. Durations are seconds or a
+    ``timedelta``.
     """
 
     at: datetime | float | None
@@ -134,6 +137,7 @@ class OfferOptions(TypedDict, total=False):
     ttl: Duration | None
     key_ttl: Duration | None
     dedup: str | None
+    limit_key: str | None
 
 
 OFFER_OPTIONS: Final = OfferOptions.__optional_keys__
@@ -167,6 +171,7 @@ def offer_of(payload: Any, delay: Duration | None, options: OfferOptions, caller
         options.get("headers"),
         options.get("ttl"),
         options.get("key_ttl"),
+        options.get("limit_key"),
     )
 
 
@@ -183,6 +188,7 @@ class Offer:
     headers: dict[str, str] | None = None
     ttl: Duration | None = None
     key_ttl: Duration | None = None
+    limit_key: str | None = None  # the key whose limits it runs under (see q.limits)
 
 
 def is_plain(offer: Offer) -> bool:
@@ -195,6 +201,7 @@ def is_plain(offer: Offer) -> bool:
         and offer.key_ttl is None
         and offer.priority == 0
         and not offer.headers
+        and offer.limit_key is None
     )
 
 
@@ -210,7 +217,7 @@ def build_offer(codec: EnvelopeCodec, offer: Offer, new_id: str | None = None) -
         check_id(offer.id) if offer.id is not None else new_id or new_task_id(),
         f"{kind}{value}",
         codec.encode(offer.payload, headers=headers, priority=priority, key=key),
-        offer_options(priority, key, key_ttl_ms, ttl_ms),
+        offer_options(priority, key, key_ttl_ms, ttl_ms, offered_limit_key(offer.limit_key)),
     )
 
 

@@ -144,16 +144,33 @@ class OfferSpec(NamedTuple):
     options: str = ""  # '' or 'priority|key_ttl_ms|ttl_ms|key'
 
 
-def offer_options(priority: int, key: str | None, key_ttl_ms: int, ttl_ms: int) -> str:
+def offer_options(
+    priority: int, key: str | None, key_ttl_ms: int, ttl_ms: int, limit_key: str | None = None
+) -> str:
+    limited = "" if limit_key is None else f"@{limit_key}|"  # [L] see offer.lua
     if not priority and key is None and not ttl_ms:
-        return ""
-    return f"{priority}|{key_ttl_ms}|{ttl_ms}|{key or ''}"
+        return limited
+    return f"{limited}{priority}|{key_ttl_ms}|{ttl_ms}|{key or ''}"
+
+
+def _split_limit_key(options: str) -> tuple[str | None, str]:
+    """[L] An options field's limit key (if any) and the rest."""
+    if not options.startswith("@"):
+        return None, options
+    limit_key, _, rest = options[1:].partition("|")
+    return limit_key, rest
 
 
 def spec_key(spec: OfferSpec) -> str | None:
     """The dedup key an encoded offer carries in its options, if any."""
-    key = spec.options.split("|", 3)[3] if spec.options else ""
+    options = _split_limit_key(spec.options)[1]
+    key = options.split("|", 3)[3] if options else ""
     return key or None
+
+
+def spec_limit_key(spec: OfferSpec) -> str | None:
+    """[L] The limit key an encoded offer carries in its options, if any."""
+    return _split_limit_key(spec.options)[0]
 
 
 def offer_args(mode: DedupMode, specs: Sequence[OfferSpec]) -> list[Any]:
@@ -280,12 +297,20 @@ def parse_fetch(reply: Sequence[Any]) -> FetchResult:
 
 
 def nack_args(
-    policy: Policy, task_id: str | bytes, token: str, outcome: str, delay_ms: int, error: str
+    policy: Policy,
+    task_id: str | bytes,
+    token: str,
+    outcome: str,
+    delay_ms: int,
+    error: str,
+    due_ms: int | None = None,
 ) -> list[Any]:
-    """Arguments of a nack call; ``error`` may hold anything (it is made valid UTF-8)."""
+    """Arguments of a nack call; ``error`` may hold anything (it is made valid UTF-8).
+    ``due_ms``: a throttled task's due time, the place it keeps in its key's line."""
     base, cap, factor = policy.backoff.args()
     error = utf8_safe(error if isinstance(error, str) else str(error))[:4000]
-    return [task_id, token, outcome, delay_ms, error, policy.max_attempts, base, cap, factor]
+    args = [task_id, token, outcome, delay_ms, error, policy.max_attempts, base, cap, factor]
+    return args if due_ms is None else [*args, due_ms]
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +357,9 @@ class StatsReply:
     lateness: dict[float, int]  # bucket upper bound in seconds (last: math.inf) -> count
     lateness_sum: float  # seconds
     seen_ms: int | None  # when a consumer last fetched
+    paused_until_ms: int | None = None  # [L] None: not paused; 0: until resumed
+    limit_waiting: dict[str, int] = dataclasses.field(default_factory=dict)  # [L] "" = total
+    limit_running: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -344,11 +372,19 @@ def parse_stats(reply: Sequence[Any]) -> StatsReply:
     # histogram and the consumer's last look in it under reserved names.
     counters: dict[str, int] = {}
     lateness = dict.fromkeys((*(ms / 1000 for ms in LATENESS_BUCKETS_MS), math.inf), 0)
-    lateness_sum_ms, seen_ms = 0, None
+    lateness_sum_ms, seen_ms, paused_until_ms = 0, None, None
+    waiting: dict[str, int] = {}
+    running: dict[str, int] = {}
     for i in range(9, len(reply), 2):
         field, value = _text(reply[i]), int(reply[i + 1])
         if field == "seen_ms":
             seen_ms = value
+        elif field == "pause:until":
+            paused_until_ms = value
+        elif field in ("lim:waiting", "lim:running"):  # [L] the totals, under key ""
+            (waiting if field == "lim:waiting" else running)[""] = value
+        elif field.startswith(("limw:", "limr:")):
+            (waiting if field.startswith("limw:") else running)[field[5:]] = value
         elif field == "late:sum":
             lateness_sum_ms = value
         elif field.startswith("late:"):
@@ -371,6 +407,9 @@ def parse_stats(reply: Sequence[Any]) -> StatsReply:
         lateness=lateness,
         lateness_sum=lateness_sum_ms / 1000,
         seen_ms=seen_ms,
+        paused_until_ms=paused_until_ms,
+        limit_waiting=waiting,
+        limit_running=running,
     )
 
 
@@ -392,6 +431,10 @@ def stats_from_reply(name: str, reply: Sequence[Any]) -> Stats:
         lateness=raw.lateness,
         lateness_sum=raw.lateness_sum,
         consumer_seen_at=to_datetime(raw.seen_ms),
+        paused=raw.paused_until_ms is not None,
+        paused_until=to_datetime(raw.paused_until_ms or None),
+        limit_waiting=raw.limit_waiting,
+        limit_running=raw.limit_running,
     )
 
 

@@ -39,6 +39,8 @@ class Op(StrEnum):
     SCHEDULE_REFILL = "schedule_refill"
     SCHEDULE_CONTROL = "schedule_control"
     SCHEDULE_INFO = "schedule_info"
+    LIMIT_PAUSE = "limit_pause"  # [L] flow control
+    LIMIT_ADMIN = "limit_admin"  # [L]
 
 
 @dataclass(frozen=True, slots=True)

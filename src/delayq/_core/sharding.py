@@ -12,8 +12,9 @@ import logging
 import re
 import zlib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 from ..exceptions import ConfigError
@@ -156,6 +157,19 @@ def shards_key(prefix: str) -> str:
     return f"{prefix}:shards"
 
 
+def _pause_end(parts: Sequence[Stats]) -> datetime | None:
+    """When the last paused shard's pause ends; None while one is paused until resumed."""
+    ends = [p.paused_until for p in parts if p.paused]
+    return None if not ends or None in ends else max(e for e in ends if e is not None)
+
+
+def _summed(maps: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    total: Counter[str] = Counter()
+    for values in maps:
+        total.update(values)
+    return dict(total)
+
+
 def merged_stats(name: str, parts: Sequence[Stats]) -> Stats:
     """The stats of a logical queue from its shards' (each read atomically on its own)."""
     counters: Counter[str] = Counter()
@@ -180,6 +194,11 @@ def merged_stats(name: str, parts: Sequence[Stats]) -> Stats:
         consumer_seen_at=max(seen) if seen else None,
         shards=tuple(parts),
         expired=sum(p.expired for p in parts),
+        # a sharded queue is paused (and resumed) shard by shard: paused while any shard is
+        paused=any(p.paused for p in parts),
+        paused_until=_pause_end(parts),
+        limit_waiting=_summed(p.limit_waiting for p in parts),
+        limit_running=_summed(p.limit_running for p in parts),
     )
 
 

@@ -73,7 +73,9 @@ class Consumer(Generic[PayloadT]):
                 settled = True
             else:
                 outcome = outcome_of(error, task.attempts, queue.policy.max_attempts)
-                if outcome.verdict is Verdict.REJECT:
+                if outcome.verdict is Verdict.THROTTLE:  # [L] RateLimited
+                    queue.throttle(task, outcome.delay or 0)
+                elif outcome.verdict is Verdict.REJECT:
                     queue.reject(task, outcome.error)
                 else:
                     queue.retry(task, outcome.delay, error=outcome.error)

@@ -22,11 +22,12 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Generic, Self, Unpack, cast
 
-from .._core import protocol, sharding
+from .._core import limits, protocol, sharding
 from .._core.codecs import PayloadT
 from .._core.connection import Topology
 from .._core.durability import Durability
 from .._core.keys import QueueKeys
+from .._core.limits import PauseInfo, PauseUntil, check_same_shard
 from .._core.models import (
     Backoff,
     DeadTask,
@@ -66,6 +67,7 @@ from ..exceptions import (
 )
 from . import backend, runner
 from .consumer import Consumer
+from .limits import Limits
 from .schedules import Schedules
 from .shard import Shard, ShardSettings, Watch
 
@@ -141,6 +143,10 @@ class Task(Generic[PayloadT]):
     def reject(self, error: str) -> None:
         """Dead-letter the task now; see :meth:`DelayQueue.reject`."""
         self._queue().reject(self, error)
+
+    def throttle(self, retry_after: Duration) -> None:
+        """Hold the task's limit key; see :meth:`DelayQueue.throttle`."""
+        self._queue().throttle(self, retry_after)
 
     def extend(self, seconds: Duration) -> datetime:
         """Extend the lease; see :meth:`DelayQueue.extend`."""
@@ -607,8 +613,11 @@ class DelayQueue(Generic[PayloadT]):
         that routes there too (so it is found by its id alone); another task goes to its id's
         shard."""
         count = len(routes.current)
-        if offer.key is not None:
-            shard = sharding.shard_of(protocol.check_key(offer.key), count)
+        routed_by = offer.key if offer.limit_key is None else offer.limit_key  # [L]
+        if offer.key is not None and offer.limit_key is not None and count > 1:
+            check_same_shard(offer.key, offer.limit_key, count)
+        if routed_by is not None:
+            shard = sharding.shard_of(protocol.check_key(routed_by), count)
             if drawn is None or sharding.shard_of(drawn, count) != shard:
                 drawn = sharding.id_for_shard(shard, count, protocol.new_task_id)
             return routes.current[shard], drawn
@@ -851,6 +860,32 @@ class DelayQueue(Generic[PayloadT]):
                     return moved
             return 0
         return sum([shard.requeue_dead(None) for shard in routes.every])
+
+    # -- flow control [L] --------------------------------------------------------------------
+
+    @property
+    def limits(self) -> Limits:
+        """The queue's limits (:class:`Limits`): ``q.limits.set(key, Limit(...))``,
+        ``get``, ``list``, ``remove``; a task runs under those of its ``limit_key``."""
+        return Limits(self)
+
+    def pause(self, until: PauseUntil | None = None, note: str | None = None) -> PauseInfo:
+        """Hand out nothing until :meth:`resume` (or ``until``: an aware datetime or epoch
+        seconds, or a timedelta from now, on the server's clock). Producers keep offering;
+        leases in flight run on and their acks land; consumers sleep until the pause ends.
+        The pause is kept in Redis (so every consumer sees it, and it survives a restart with
+        AOF). Pausing a paused queue replaces its end and note."""
+        args = limits.pause_args(until, note)
+        infos = [limits.parse_pause(s.run(Op.LIMIT_PAUSE, args)) for s in self._all()]
+        return infos[0]
+
+    def resume(self) -> bool:
+        """End a pause at once and wake the consumers; True if the queue was paused."""
+        replies = [s.run(Op.LIMIT_PAUSE, ["resume"]) for s in self._all()]
+        return any(int(reply[0]) == 1 for reply in replies)
+
+    def _all(self) -> list[Shard]:
+        return (self._routes()).every
 
     # -- consuming --------------------------------------------------------------------------
 
@@ -1130,16 +1165,27 @@ class DelayQueue(Generic[PayloadT]):
         """Hand back an unstarted task (e.g. on shutdown) without counting an attempt."""
         self._give_back(task, "release", 0, "")
 
+    def throttle(self, task: Task, retry_after: Duration) -> None:
+        """[L] The downstream is rate limited (what a handler's :class:`RateLimited` does):
+        the task's ``limit_key`` (none: the whole queue) starts nothing for ``retry_after``
+        seconds and the task waits first in line for it; the attempt is not counted."""
+        wait_ms = duration_ms(retry_after, "retry_after")
+        self._give_back(task, "throttle", wait_ms, "", due_ms=task.due_ms)
+
     def reject(self, task: Task, error: str) -> None:
         """Dead-letter a task now, with ``error`` as the reason."""
         self._give_back(task, "dead", 0, error)
 
-    def _give_back(self, task: Task, outcome: str, delay_ms: int, error: str) -> None:
+    def _give_back(
+        self, task: Task, outcome: str, delay_ms: int, error: str, due_ms: int | None = None
+    ) -> None:
         if task.lease_token is None:
             return  # at-most-once: the task already left the queue
         shard = self._shard_of(task)
         self._check_open()
-        if not shard.give_back(self._policy, task.id, task.lease_token, outcome, delay_ms, error):
+        if not shard.give_back(
+            self._policy, task.id, task.lease_token, outcome, delay_ms, error, due_ms
+        ):
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
         object.__setattr__(task, "_settled", True)
 

@@ -117,6 +117,8 @@ def log_outcome(
     )
     if outcome.verdict is Verdict.ACK:
         log.debug("delayq task done %s", fields)
+    elif outcome.verdict is Verdict.THROTTLE:  # [L]
+        log.info("delayq task rate limited %s retry_after_s=%s", fields, outcome.delay)
     elif outcome.dead:
         log.error("delayq task dead-lettered %s error=%s", fields, _first_line(outcome.error))
     else:

@@ -296,10 +296,16 @@ class Worker(WorkerBase):
             self._metrics.task_done(queue.name, task, "acked", duration)
             call_hook(log, hooks.on_success, task, result, duration)
             return
-        self._counters.failed += 1
+        if outcome.verdict is not Verdict.THROTTLE:  # [L] a downstream's limit: no failure
+            self._counters.failed += 1
         with self._lock:
             self._ledger.given_back(index, task)
         try:  # an error other than these is the worker's own: _recover retries the task
+            if outcome.verdict is Verdict.THROTTLE:
+                queue.throttle(task, outcome.delay or 0)
+                run.settled = True
+                self._metrics.task_done(queue.name, task, "throttled", duration)
+                return
             if outcome.verdict is Verdict.REJECT:
                 queue.reject(task, outcome.error)
             else:

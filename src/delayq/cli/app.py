@@ -11,7 +11,7 @@ Everything read from Redis reaches the terminal escaped (see render.py); ``--jso
 This module only builds the root command. The commands live in one module per role, each a
 ``typer.Typer`` of its own over common.py (the shared options, session and errors): tasks.py
 (schedule), views.py (read), repair.py (fix), serving.py (run), outbox.py, reshard.py and
-redisson.py and schedules.py (recurring schedules).
+redisson.py, schedules.py (recurring schedules) and limits.py (flow control).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import helptext, outbox, redisson, repair, reshard, schedules, serving, tasks, views
+from . import helptext, limits, outbox, redisson, repair, reshard, schedules, serving, tasks, views
 from .common import invoke, say
 
 app = typer.Typer(
@@ -80,6 +80,7 @@ for part in (
     reshard.app,
     redisson.app,
     schedules.app,
+    limits.app,
 ):
     app.registered_commands.extend(part.registered_commands)
     app.registered_groups.extend(part.registered_groups)

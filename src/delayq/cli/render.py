@@ -196,6 +196,15 @@ def _counters(stats: Stats) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(stats.counters.items())) or "-"
 
 
+def paused_label(stats: Stats) -> str:
+    """'' for a queue handing out, else ' [paused]' or ' [paused until <time>Z]'."""
+    if not stats.paused:
+        return ""
+    if stats.paused_until is None:
+        return " [paused]"
+    return f" [paused until {stats.paused_until.strftime('%Y-%m-%d %H:%M:%S')}Z]"
+
+
 def _count(n: int, style: str) -> Text:
     return Text(str(n), style=style if n else "")
 
@@ -231,7 +240,7 @@ def stats_table(rows: Sequence[Stats], title: str | None = None, width: int = 20
         table.add_column("counters", overflow="fold")
     for s in with_shards(rows):
         cells: list[Text | str] = [
-            safe(s.queue),
+            safe(s.queue) + Text(paused_label(s), style="yellow"),
             str(s.delayed),
             str(s.ready),
             str(s.inflight),
@@ -258,7 +267,7 @@ def stats_lines(rows: Sequence[Stats]) -> list[str]:
     for s in with_shards(rows):
         table.append(
             [
-                printable(s.queue),
+                printable(s.queue) + paused_label(s),
                 str(s.delayed),
                 str(s.ready),
                 str(s.inflight),

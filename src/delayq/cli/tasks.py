@@ -69,6 +69,10 @@ def offer(
     replace: Annotated[
         bool, typer.Option("--replace", help="With --key: update the pending task instead.")
     ] = False,
+    limit_key: Annotated[
+        str | None,
+        typer.Option(metavar="KEY", help="Run under this limit key's limits (delayq limits)."),
+    ] = None,
     redis: RedisOpt = DEFAULT_URL,
     prefix: PrefixOpt = "dq",
     json: JsonOpt = False,
@@ -87,6 +91,7 @@ def offer(
         "headers": parse.headers(header),
         "ttl": parse.duration(ttl, "--ttl") if ttl is not None else None,
         "dedup": "replace" if replace else None,
+        "limit_key": limit_key,
     }
     with session(redis, prefix) as s:
         task_id = s.queue(queue).offer(data, **due, **options)

@@ -256,7 +256,10 @@ def health(
     (overdue tasks, consumers at work); or ``stuck``: overdue tasks or expired leases and no
     consumer fetched for ``grace_s``, or overdue tasks and none was delivered during the last
     ``grace_s``. The worst one wins. (An expired lease while consumers fetch is reclaimed by
-    their next fetch: no flag.)"""
+    their next fetch: no flag.) A paused queue is ``paused`` (it hands out nothing on purpose)
+    unless it has dead tasks."""
+    if stats.paused:  # [L]
+        return "dead" if stats.dead > 0 else "paused"
     seen = stats.consumer_seen_at
     gone = seen is None or (server_now - seen).total_seconds() > grace_s
     if stats.expired > 0 and gone:
@@ -271,4 +274,4 @@ def health(
 
 
 # Main-page order: the queues that need someone first.
-HEALTH_RANK = {"stuck": 0, "late": 1, "dead": 2, "ok": 3}
+HEALTH_RANK = {"stuck": 0, "late": 1, "dead": 2, "paused": 3, "ok": 4}

@@ -16,7 +16,7 @@ INSTALL_HINT = "pip install 'delayq[metrics]'"
 BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 # The outcome label of delayq_worker_tasks_total and delayq_worker_handler_duration_seconds.
-OUTCOMES = ("acked", "retried", "dead", "failed")
+OUTCOMES = ("acked", "retried", "dead", "failed", "throttled")
 
 
 class MetricsUnavailable(DelayqError, ImportError):

@@ -167,7 +167,7 @@ class QueueCollector(Collector):
             out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
             for sample, labels, value in samples:
                 if labels:
-                    pairs = ",".join(f'{k}="{v}"' for k, v in labels)
+                    pairs = ",".join(f'{k}="{_label(v)}"' for k, v in labels)
                     out.append(f"{sample}{{{pairs}}} {_number(value)}\n")
                 else:
                     out.append(f"{sample} {_number(value)}\n")
@@ -207,6 +207,24 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
         "gauge",
         "Tasks stored in each shard of a sharded queue, by state (summed in delayq_tasks).",
     ),
+    # [L] flow control (issue #20); per-key series for the 10 keys with the most, and _all
+    ("delayq_queue_paused", "gauge", "1 while the queue is paused (q.pause()), else 0."),
+    (
+        "delayq_limit_waiting",
+        "gauge",
+        "Tasks parked by a limit, per limit key (top 10; key _all: the queue's total).",
+    ),
+    (
+        "delayq_limit_running",
+        "gauge",
+        "Leases held per limit key (top 10; key _all: every lease under limits).",
+    ),
+    (
+        "delayq_limit_throttled",
+        "counter",
+        "Tasks held back, by reason: rate, concurrency, queued (behind its key's waiting "
+        "tasks), ratelimited (a handler's RateLimited).",
+    ),
     ("delayq_exporter_up", "gauge", "1 if Redis answered this scrape, else 0."),
     (
         "delayq_exporter_scrape_duration_seconds",
@@ -224,7 +242,8 @@ def grouped(
     out: list[list[tuple[str, Labels, float]]] = [
         [] for _ in FAMILIES[: -len(_schedules.SCHEDULE_FAMILIES)]
     ]
-    tasks, overdue, oldest, next_due, seen, *counters, lateness, shard_tasks, up_, duration = out
+    (tasks, overdue, oldest, next_due, seen, *counters, lateness, shard_tasks,
+     paused, waiting, running_keys, throttled, up_, duration) = out  # fmt: skip
     out += (
         _schedules.samples(rows, schedules) if rows else [[] for _ in _schedules.SCHEDULE_FAMILIES]
     )
@@ -263,9 +282,25 @@ def grouped(
                 shard_tasks.append(
                     ("delayq_shard_tasks", (*labels, ("state", state)), getattr(shard, state))
                 )
+        paused.append(("delayq_queue_paused", q, 1 if stats.paused else 0))  # [L]
+        for gauge, name in (
+            (waiting, "delayq_limit_waiting"),
+            (running_keys, "delayq_limit_running"),
+        ):
+            values = stats.limit_waiting if gauge is waiting else stats.limit_running
+            for key, value in values.items():
+                gauge.append((name, (*q, ("key", key or "_all")), value))
+        for reason in ("rate", "concurrency", "queued", "ratelimited"):
+            value = stats.counters.get(f"throttled:{reason}", 0)
+            throttled.append(("delayq_limit_throttled_total", (*q, ("reason", reason)), value))
     up_.append(("delayq_exporter_up", (), 1 if up else 0))
     duration.append(("delayq_exporter_scrape_duration_seconds", (), seconds))
     return out
+
+
+def _label(value: str) -> str:
+    """A label value as the text format writes it (a limit key may hold any character)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _number(value: float) -> str:

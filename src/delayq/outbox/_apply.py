@@ -91,7 +91,8 @@ class Receipts:
             spec = item.spec
             assert spec is not None
             key = protocol.spec_key(spec)
-            shard = routes.home(spec.id if key is None else key)
+            limit_key = protocol.spec_limit_key(spec)  # a limit key's tasks share a shard
+            shard = routes.home(limit_key or (spec.id if key is None else key))
             if key is not None:
                 shard = await queue._keyed_shard(routes, key, shard)
             if routes.previous:

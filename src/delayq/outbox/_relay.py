@@ -38,6 +38,7 @@ from ..exceptions import (
     RedisUnavailable,
     ServerError,
 )
+from . import _heartbeat as heartbeat
 from ._apply import (
     APPLIED_BEFORE,
     CONFLICT,
@@ -46,7 +47,6 @@ from ._apply import (
     Outcome,
     Receipts,
 )
-from . import _heartbeat as heartbeat
 from ._conn import check_dsn, require_psycopg
 from ._rows import Claimed, QueueFormat, check_row
 from ._schema import DEFAULT_BATCH, Schema, for_psycopg

@@ -26,7 +26,7 @@ from .._core.timing import MAX_DELAY_MS, Duration, due_spec
 from ..exceptions import ConfigError, DecodeError, InvalidTaskError
 
 # What the offer script parses out of an options field (offer.lua).
-_OPTIONS: Final = re.compile(r"(?:[0-9]\|[0-9]+\|[0-9]+\|.*)?", re.DOTALL)
+_OPTIONS: Final = re.compile(r"(?:@[^|]+\|)?(?:[0-9]\|[0-9]+\|[0-9]+\|.*)?", re.DOTALL)
 _EPOCH_MS_LIMIT: Final = 253402300799000
 _APPLY_ID: Final = re.compile(r"[0-9a-f-]{32,36}")
 

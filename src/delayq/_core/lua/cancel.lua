@@ -23,7 +23,7 @@ local reply = {}
 local cancelled = 0
 for i = 2, last do
   local id = ARGV[i]
-  if redis.call('ZREM', K_DELAYED, id) == 1 then
+  if redis.call('ZREM', K_DELAYED, id) == 1 or unpark(id) then
     forget(id, now, false)
     task_ended({id}, now, 'cancelled')
     cancelled = cancelled + 1

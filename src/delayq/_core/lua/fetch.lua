@@ -23,9 +23,11 @@
 --        lost, as ack.lua's), then per task: id, envelope, attempts, due_ms, slot, token}
 --        now_us is the server's time in microseconds (consumers plan their sleep from it);
 --        next_wake_ms is the earliest due time or lease expiry still ahead (or [S] the next
---        schedule fire). [S] A trailing array, after the task groups (so the reply's length
---        is 3 + 6k + 1), names the schedules short of cron times ahead: the client computes
---        and writes more (schedule_refill.lua).
+--        schedule fire, or [L] a gate's opening). [S] A trailing array, after the task
+--        groups (so the reply's length is 3 + 6k + 1), names the schedules short of cron
+--        times ahead: the client computes and writes more (schedule_refill.lua).
+-- [L] Paused (limit_pause.lua): acks and housekeeping run, nothing is handed out, and
+--        next_wake_ms is the pause's end, or -1 until resumed (resume announces "due now").
 local want = tonumber(ARGV[1])
 local lease_ms = tonumber(ARGV[2])
 local nonce = ARGV[3]
@@ -36,7 +38,10 @@ local LATE_BOUNDS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000
 local clock = redis.call('TIME')
 local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local now = math.floor(now_us / 1000)
-local paused = false  -- [S] until flow control (#20) is merged: its queue_pause_state(now)
+local paused, paused_until = queue_pause_state(now)
+flow_probe()  -- [L]
+local limited = not paused and flow_seen.lim
+local star_wait, charged = nil, nil  -- [L] when '*' may hand out again; the keys charged
 local old_head = head_score(K_DELAYED)
 local new_min = nil
 
@@ -46,6 +51,7 @@ local lapsed = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', '(' .. fmt(score(
 for i = 1, #lapsed, 2 do
   local id, slot = lapsed[i], slot_of(lapsed[i + 1])
   drop_lease(id)
+  lease_ended({id}, now)
   local attempts = tonumber(redis.call('HGET', K_ATTEMPTS, id) or '0')
   local err = 'lease expired on attempt ' .. attempts
   if attempts >= max_attempts then
@@ -65,7 +71,7 @@ if has_expiry then
   local stale = redis.call('ZRANGEBYSCORE', K_EXPIRY, '-inf', '(' .. fmt(now), 'LIMIT', 0, limit)
   local expired = 0
   for _, id in ipairs(stale) do
-    if redis.call('ZREM', K_DELAYED, id) == 1 then
+    if redis.call('ZREM', K_DELAYED, id) == 1 or unpark(id) then
       forget(id, now, false)
       task_ended({id}, now, 'expired')
       expired = expired + 1
@@ -106,7 +112,15 @@ end
 local receipt, keep_ms = KEYS[14], tonumber(ARGV[9])
 
 local function next_wake()
-  local next_due = head_score(K_DELAYED)
+  if paused then return paused_until > 0 and paused_until or -1 end  -- [L] resume announces
+  local next_due = (not star_wait) and head_score(K_DELAYED)  -- [L] '*' blocked: not due
+  if star_wait and star_wait > 0 then next_due = score(star_wait, 0) end
+  if limited then  -- [L] the next gate time of a parked key
+    local gate = redis.call('ZRANGE', flow_key('lim:gate'), 0, 0, 'WITHSCORES')[2]
+    if gate and (not next_due or score(tonumber(gate), 0) < next_due) then
+      next_due = score(tonumber(gate), 0)
+    end
+  end
   local next_lapse = head_score(K_INFLIGHT)
   local wake = -1
   if next_due then wake = ms_of(next_due) end
@@ -157,8 +171,14 @@ if #ARGV > 9 then
 end
 
 local reply = {now_us, -1, acks}
-local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', fmt(score(now, 9)),
-  'WITHSCORES', 'LIMIT', 0, want)
+if paused then want = 0 end  -- [L] a paused queue hands out nothing; acks still land
+local due = {}
+if want > 0 and limited then  -- [L] limits: over-limit tasks parked, the rest handed out
+  due, charged, star_wait = limited_due(want, limit, now_us, lease_ms > 0)
+elseif want > 0 then
+  due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', fmt(score(now, 9)),
+    'WITHSCORES', 'LIMIT', 0, want)
+end
 local ids = {}
 for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
 local handed = 0
@@ -227,6 +247,7 @@ if #ids > 0 then
     count('late:sum', late_sum)
   end
 end
+if limited then limits_charge(reply, charged, lease_ms > 0) end  -- [L]
 count('delivered', handed)
 
 if handed > 0 or acks ~= '' then

@@ -18,6 +18,10 @@ if s then state = 'delayed' else
     if s then state = 'dead' end
   end
 end
+if state == '' then  -- [L] parked by a limit: waiting, with its place in the delayed order
+  local _, parked_score = parked(id)
+  if parked_score then state, s = 'delayed', parked_score end
+end
 if state == '' then return {now, '', '', 0, '', '', ''} end
 return {
   now, state, s,

@@ -3,10 +3,13 @@
 -- ARGV[1] id   ARGV[2] lease token
 -- ARGV[3] outcome: 'retry' (counts as a failed attempt; dead-letters after max_attempts),
 --         'release' (hand back unused, e.g. on shutdown: the attempt is not counted),
+--         [L] 'throttle' (the handler raised RateLimited: its limit key, or the whole queue,
+--         waits ARGV[4] ms and the task waits first in line for it; not counted),
 --         'dead' (dead-letter now), 'undecodable' (dead-letter now, counted as decode failure)
 -- ARGV[4] delay ms before the next delivery; -1 = the backoff policy
 -- ARGV[5] error text ('' = none)   ARGV[6] max_attempts
 -- ARGV[7] backoff base ms   ARGV[8] backoff cap ms   ARGV[9] backoff factor (jitter draw)
+-- ARGV[10] [L] throttle: the task's due ms, its place in its key's line
 -- Reply: {status, ms}: 1 = scheduled again, ms its due time; 2 = dead-lettered, ms now;
 --        3 = this token already gave the task back (a resent call), ms now;
 --        0 = lease lost, ms now
@@ -26,13 +29,15 @@ if not lease then
 end
 local slot = slot_of(lease)
 redis.call('ZREM', K_INFLIGHT, id)
+lease_ended({id}, now)
 redis.call('HSET', K_LEASES, id, '~' .. token)
 if err ~= '' then redis.call('HSET', K_ERRORS, id, err) end
 
 local attempts = tonumber(redis.call('HGET', K_ATTEMPTS, id) or '0')
-if outcome == 'release' and attempts > 0 then
+if (outcome == 'release' or outcome == 'throttle') and attempts > 0 then
   attempts = redis.call('HINCRBY', K_ATTEMPTS, id, -1)
 end
+if outcome == 'throttle' then return {1, throttle(id, slot, tonumber(ARGV[10]), now, delay)} end
 
 if outcome == 'dead' or outcome == 'undecodable'
     or (outcome == 'retry' and attempts >= max_attempts) then

@@ -7,7 +7,8 @@
 --         due: 'd' .. ms from now, or 'a' .. absolute epoch ms;
 --         envelope;
 --         options: '' (priority 0, no key, no ttl) or 'priority|key_ttl_ms|ttl_ms|key'
---           (key '' = none, ttl 0 = never expires).
+--           (key '' = none, ttl 0 = never expires); [L] either may follow '@' .. limit key
+--           .. '|' (a limit key has no '|'): the task's limit_key, kept in lim:task.
 -- Error LAYOUT_RETIRED: a finished reshard retired this (sub-)queue (nothing written).
 -- Reply: {id_1, status_1, ...}; status 1 = created, 2 = replaced, 0 = an existing task matched
 --        by id (same envelope) or key (its id is returned), 3 = a task with other content holds
@@ -90,6 +91,12 @@ for i = 0, n - 1 do
   local due = tonumber(string.sub(due_arg, 2))
   if string.byte(due_arg, 1) == 100 then due = (due > 0 and later or now) + due end  -- 'd': relative
   local slot, key_ttl, ttl, key = 9, 0, 0, ''
+  local limit_key = nil
+  if string.byte(options, 1) == 64 then  -- [L] '@': the task's limit key comes first
+    local bar = string.find(options, '|', 2, true)
+    limit_key = string.sub(options, 2, bar - 1)
+    options = string.sub(options, bar + 1)
+  end
   if options ~= '' then
     local p, kt, t, k = string.match(options, '^(%d)|(%d+)|(%d+)|(.*)$')
     slot, key_ttl, ttl, key = 9 - tonumber(p), tonumber(kt), tonumber(t), k
@@ -117,6 +124,7 @@ for i = 0, n - 1 do
     set_expiry(holder, due, ttl)
     if not new_min or s < new_min then new_min = s end
     seen[holder] = envelope
+    if limit_key then redis.call('HSET', flow_key('lim:task'), holder, limit_key) end  -- [L]
     reply[#reply + 1] = holder
     reply[#reply + 1] = 2
   elseif holder then
@@ -124,6 +132,10 @@ for i = 0, n - 1 do
     reply[#reply + 1] = 0
   else
     seen[id] = envelope
+    if limit_key then  -- [L]
+      redis.call('HSET', flow_key('lim:task'), id, limit_key)
+      flow_seen.task = true
+    end
     if key ~= '' then
       -- written at once: a later task of this batch with the same key must see it
       redis.call('HSET', K_TASKS, id, envelope)

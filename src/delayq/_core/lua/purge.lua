@@ -18,6 +18,7 @@ local deleted = 0
 local function purge(key, ids)
   if #ids == 0 then return end
   redis.call('ZREM', key, unpack(ids))
+  if key == K_INFLIGHT then lease_ended(ids, now) end
   for _, id in ipairs(ids) do forget(id, now, false) end
   task_ended(ids, now, 'purged')
   deleted = deleted + #ids

@@ -4,7 +4,9 @@
 -- Reply: {now, delayed, ready, inflight, dead, overdue, oldest due ms or -1,
 --         next due ms or -1, expired, counter name, value, ...}; inflight counts the live
 --         leases, expired the leases that ran out with no consumer back to reclaim them
---         (the head of the inflight set: one ZCOUNT).
+--         (the head of the inflight set: one ZCOUNT); a paused queue adds the pair
+--         'pause:until', epoch ms (0: until resumed); a queue with limits 'lim:waiting' and
+--         'lim:running' (totals) and 'limw:<key>' / 'limr:<key>' for its top keys
 local overdue_after = tonumber(ARGV[1])
 local now = now_ms()
 local total = redis.call('ZCARD', K_DELAYED)
@@ -23,4 +25,44 @@ local reply = {now, total - ready, ready, redis.call('ZCARD', K_INFLIGHT) - expi
   redis.call('ZCARD', K_DEAD), overdue, oldest, next_due, expired}
 local counters = redis.call('HGETALL', K_COUNTERS)
 for i = 1, #counters do reply[#reply + 1] = counters[i] end
+-- [L] flow control, under reserved names after the counters: pause:until (0 = until resumed)
+local paused, paused_until = queue_pause_state(now)
+if paused then
+  reply[#reply + 1] = 'pause:until'
+  reply[#reply + 1] = paused_until
+end
+-- [L] limits: tasks waiting and leases running, in total and for the LIMIT_TOP keys with
+-- the most (as 'limw:<key>' / 'limr:<key>'): exporters stay bounded however many keys exist
+local LIMIT_TOP = 10
+flow_probe()
+if flow_seen.lim or flow_seen.held then
+  local waiting, total = {}, 0
+  local keys = redis.call('ZRANGE', flow_key('lim:gate'), 0, -1)
+  for _, k in ipairs(redis.call('SMEMBERS', flow_key('lim:full'))) do keys[#keys + 1] = k end
+  local seen = {}
+  for _, k in ipairs(keys) do
+    if k ~= '*' and not seen[k] then
+      seen[k] = true
+      local n = redis.call('ZCARD', parked_key(k))
+      total = total + n
+      waiting[#waiting + 1] = {k, n}
+    end
+  end
+  local running = {}
+  local run = redis.call('HGETALL', flow_key('lim:run'))
+  for i = 1, #run, 2 do
+    if run[i] ~= '*' then running[#running + 1] = {run[i], tonumber(run[i + 1])} end
+  end
+  reply[#reply + 1] = 'lim:waiting'
+  reply[#reply + 1] = total
+  reply[#reply + 1] = 'lim:running'
+  reply[#reply + 1] = tonumber(redis.call('HGET', flow_key('lim:run'), '*') or '0')
+  for prefix, rows in pairs({limw = waiting, limr = running}) do
+    table.sort(rows, function(a, b) return a[2] > b[2] or (a[2] == b[2] and a[1] < b[1]) end)
+    for i = 1, math.min(LIMIT_TOP, #rows) do
+      reply[#reply + 1] = prefix .. ':' .. rows[i][1]
+      reply[#reply + 1] = rows[i][2]
+    end
+  end
+end
 return reply
