@@ -75,10 +75,16 @@ def test_the_outbox_keeps_the_limit_key() -> None:
     formats = Formats("dq", None)
     row = offer_row(formats, "orders", {"n": 1}, 30, {"limit_key": "tenant:9", "key": "k"})
     assert row["options"] == "@tenant:9|0|0|0|k"
-    item = check_row({**row, "seq": 1, "age_s": 0.0})
+    apply_id = "0" * 32
+    item = check_row({**row, "seq": 1, "age_s": 0.0, "apply_id": apply_id})
     assert item.spec is not None and protocol.spec_limit_key(item.spec) == "tenant:9"
     with pytest.raises(InvalidTaskError):
-        check_row({**row, "seq": 1, "age_s": 0.0, "options": "@|0|0|0|k"})
+        check_row({**row, "seq": 1, "age_s": 0.0, "apply_id": apply_id, "options": "@|0|0|0|k"})
+    with pytest.raises(InvalidTaskError, match="out of range"):
+        ttl = "9" * 20
+        check_row(
+            {**row, "seq": 1, "age_s": 0.0, "apply_id": apply_id, "options": f"@t|0|{ttl}|0|k"}
+        )
 
 
 def test_pause_arguments_and_replies() -> None:

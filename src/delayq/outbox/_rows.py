@@ -186,7 +186,8 @@ def check_row(row: Mapping[str, Any], known: set[tuple[str, str]] | None = None)
         options = row["options"]
         if not isinstance(options, str) or not _OPTIONS.fullmatch(options):
             raise InvalidTaskError(f"offer row has malformed options {repr(options)[:100]}")
-        if options and any(_out_of_range(ms) for ms in options.split("|", 3)[1:3]):
+        plain = options.split("|", 1)[1] if options.startswith("@") else options  # a limit key
+        if plain and any(_out_of_range(ms) for ms in plain.split("|", 3)[1:3]):
             raise InvalidTaskError(
                 f"offer row has a ttl or key_ttl out of range ({options[:60]!r})"
             )
