@@ -71,7 +71,7 @@ class Network:
         self.pid = pid
         self.ns = f"{NS_PREFIX}{pid}"
         self.host_if, self.ns_if = f"dqs{pid}h", f"dqs{pid}n"
-        n = pid % 250 + 1
+        n = _free_subnet(pid % 250 + 1)
         self.outer, self.inner = f"10.213.{n}.1", f"10.213.{n}.2"
         self.exec_prefix = ["ip", "netns", "exec", self.ns]
 
@@ -114,6 +114,17 @@ class Network:
     def remove(self) -> None:
         _ip("link", "del", self.host_if, check=False)  # takes its peer with it
         _ip("netns", "del", self.ns, check=False)
+
+
+def _free_subnet(first: int) -> int:
+    """The first N from ``first`` on (wrapping) whose 10.213.N.0/30 no interface uses: two
+    soak runs at once (the smoke beside the topology tests) must not share addresses."""
+    used = _ip("-o", "addr", "show", check=False).stdout
+    for k in range(250):
+        n = (first - 1 + k) % 250 + 1
+        if f"10.213.{n}." not in used:
+            return n
+    raise RuntimeError("no free 10.213.N.0/30 subnet for the soak's veth pair")
 
 
 def clean_leftovers() -> None:
