@@ -71,7 +71,7 @@ class Network:
         self.pid = pid
         self.ns = f"{NS_PREFIX}{pid}"
         self.host_if, self.ns_if = f"dqs{pid}h", f"dqs{pid}n"
-        n = pid % 250 + 1
+        n = _free_subnet(pid % 250 + 1)
         self.outer, self.inner = f"10.213.{n}.1", f"10.213.{n}.2"
         self.exec_prefix = ["ip", "netns", "exec", self.ns]
 
@@ -116,6 +116,17 @@ class Network:
         _ip("netns", "del", self.ns, check=False)
 
 
+def _free_subnet(first: int) -> int:
+    """The first N from ``first`` on (wrapping) whose 10.213.N.0/30 no interface uses: two
+    soak runs at once (the smoke beside the topology tests) must not share addresses."""
+    used = _ip("-o", "addr", "show", check=False).stdout
+    for k in range(250):
+        n = (first - 1 + k) % 250 + 1
+        if f"10.213.{n}." not in used:
+            return n
+    raise RuntimeError("no free 10.213.N.0/30 subnet for the soak's veth pair")
+
+
 def clean_leftovers() -> None:
     """Remove namespaces and veths of earlier soak runs whose process is gone."""
     listed = _ip("netns", "list", check=False).stdout.split()
@@ -144,7 +155,7 @@ def _alive(pid: int) -> bool:
 class Nemesis:
     """Starts a fault every ``fault_every_s`` on average (exponential gaps, seeded), each
     lasting ``fault_length_s`` on average; at most one fault of a kind at a time, so
-    different kinds overlap (combined faults)."""
+    different kinds overlap (combined faults); every kind once before any kind twice."""
 
     def __init__(self, harness: Harness) -> None:
         self.h = harness
@@ -159,6 +170,7 @@ class Nemesis:
         self.rnd = random.Random(c.seed * 7919)
         self._stop = threading.Event()
         self._active: set[str] = set()
+        self._used: set[str] = set()
         self._threads: list[threading.Thread] = []
         self._main = threading.Thread(target=self._schedule, daemon=True)
         self._lock = threading.Lock()
@@ -176,11 +188,16 @@ class Nemesis:
 
     def _schedule(self) -> None:
         c = self.h.config
-        while not self._stop.wait(self.rnd.expovariate(1 / c.fault_every_s)):
+        # Exponential gaps, capped at twice the mean: no long quiet stretch in a short run.
+        while not self._stop.wait(min(self.rnd.expovariate(1 / c.fault_every_s),
+                                      2 * c.fault_every_s)):  # fmt: skip
             free = [f for f in self.faults if f not in self._active]
             if not free:
                 continue
-            fault = self.rnd.choice(free)
+            # Every kind once before any twice: a short run still sees each of its faults.
+            fresh = [f for f in free if f not in self._used]
+            fault = self.rnd.choice(fresh or free)
+            self._used.add(fault)
             length = min(max(self.rnd.expovariate(1 / c.fault_length_s), 0.5), 4 * c.fault_length_s)
             draw = self.rnd.random()
             self._active.add(fault)

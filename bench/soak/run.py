@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -121,7 +120,6 @@ class Harness:
         self.pg_dsn: str | None = None
         self._pg_db: str | None = None
         self._stop = threading.Event()
-        self.rnd = random.Random(config.seed)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -213,10 +211,11 @@ class Harness:
             self.net = nemesis.Network.create()
             self.server = Server(
                 fsync=c.fsync, host=self.net.inner, prefix=self.net.exec_prefix, fake_clock=fake
-            ).start()
-            url = self.server.url
+            )
         else:
-            self.server = Server(fsync=c.fsync, fake_clock=fake).start()
+            self.server = Server(fsync=c.fsync, fake_clock=fake)
+        if self.server is not None:
+            self.server.start()  # kept first, so that a failed start is still cleaned up
             url = self.server.url
         self.url = url
         if c.outbox_dsn:

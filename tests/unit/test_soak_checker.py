@@ -329,3 +329,27 @@ def test_the_report_gives_a_row_per_fault_alone_combined_and_none_and_a_plot(tmp
     assert "| valid |" in totals([run])
     ET.fromstring(svg([run]))  # well-formed, with a shaded window per fault
     assert svg([run]).count("<title>") == 3
+
+
+def test_an_error_that_proves_nothing_was_written_is_a_fail_and_any_other_is_unknown() -> None:
+    from bench.soak.history import classify
+
+    from delayq import InvalidDelay, LeaseLost, RedisUnavailable, ServerError
+
+    assert classify(LeaseLost("gone")) == "fail"
+    assert classify(InvalidDelay("negative")) == "fail"
+    assert classify(ServerError("OOM command not allowed when used memory > 'maxmemory'")) == "fail"
+    assert classify(RedisUnavailable("timeout")) == "unknown"
+    assert classify(ServerError("READONLY You can't write against a read only replica")) == (
+        "unknown"
+    )
+
+
+def test_the_soak_refuses_a_fault_it_does_not_know_before_starting_anything(capsys) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+    from bench.soak.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--faults", "consumer-kill,redis-explode", "--duration", "1"])
+    assert exit_info.value.code == 2
+    assert "unknown faults: redis-explode" in capsys.readouterr().err
