@@ -225,3 +225,27 @@ def test_the_relay_follows_a_finished_reshard_at_its_next_row(
     fresh: DelayQueue = make_queue("orders")  # type: ignore[operator]
     assert fresh.stats().delayed == 6 and relay.stats.dead == 0
     assert all(fresh.get(task_id) is not None for task_id in ids)
+
+
+@pytest.mark.parametrize("record", ["4<1000000000", "\xff", "2<1500", "x"])
+def test_delayq_stats_survives_a_malformed_layout_record(
+    make_queue: object, redis_url: str, prefix: str, record: str
+) -> None:
+    import subprocess
+    import sys
+
+    good: DelayQueue = make_queue("good")  # type: ignore[operator]
+    good.offer({"n": 1}, 60)
+    with redis.Redis.from_url(redis_url) as client:
+        client.sadd(f"{prefix}:queues", "broken")
+        client.hset(f"{prefix}:shards", "broken", record.encode("latin-1"))
+    shown = subprocess.run(
+        [sys.executable, "-m", "delayq.cli", "stats", "--redis", redis_url, "--prefix", prefix],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr
+    assert "good" in shown.stdout, shown.stdout + shown.stderr
+    assert "skipping a queue: queue 'broken' has a malformed layout record" in shown.stderr
+    assert "broken" not in shown.stdout  # not shown as an empty unsharded queue
+    with pytest.raises(ConfigError, match="'broken' has a malformed layout record"):
+        make_queue("broken").stats()  # type: ignore[operator]

@@ -738,7 +738,10 @@ class AsyncDelayQueue(Generic[PayloadT]):
         groups: dict[AsyncShard, list[int]] = {}
         for i, spec in enumerate(specs):  # each to its key's shard, else to its id's
             key = protocol.spec_key(spec)
-            groups.setdefault(routes.home(spec.id if key is None else key), []).append(i)
+            shard = routes.home(spec.id if key is None else key)
+            if key is not None:  # a key still held by a reshard's previous layout stays there
+                shard = await self._keyed_shard(routes, key, shard)
+            groups.setdefault(shard, []).append(i)
         results: list[TaskId] = [TaskId("")] * len(specs)
         for shard, positions in groups.items():
             written = await shard.write_offers(

@@ -37,13 +37,15 @@ class Registry:
     ``names``: the valid queue names, sorted; ``invalid``: members that are no queue name
     (written by something else), as text, sorted; ``members``: the raw members, as stored
     (to remove one exactly); ``layouts``: the recorded layout of each sharded queue (a queue
-    absent from it is unsharded)."""
+    absent from it is unsharded); ``broken``: queue -> the error of its malformed layout
+    record (such a queue is in neither ``names`` nor ``layouts``: nobody can route it)."""
 
     prefix: str
     names: tuple[str, ...]
     invalid: tuple[str, ...] = ()
     members: tuple[bytes, ...] = ()
     layouts: Mapping[str, Layout] = field(default_factory=dict)
+    broken: Mapping[str, str] = field(default_factory=dict)
 
     def shard_counts(self) -> dict[str, int]:
         """Queue name -> its current shard count, for the sharded queues."""
@@ -64,10 +66,13 @@ def read_registry(
             valid.add(QueueKeys(prefix, text).name)
         except ConfigError:
             invalid.add(text)
+    broken: dict[str, str] = {}
+    found = layouts_of(dict(layouts), broken) if layouts else {}
     return Registry(
         prefix,
-        tuple(sorted(valid)),
+        tuple(sorted(valid - set(broken))),
         tuple(sorted(invalid)),
         tuple(raw),
-        layouts_of(dict(layouts)) if layouts else {},
+        found,
+        broken,
     )

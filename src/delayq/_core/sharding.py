@@ -202,15 +202,20 @@ def merged_stats(name: str, parts: Sequence[Stats]) -> Stats:
     )
 
 
-def layouts_of(raw: dict[Any, Any]) -> dict[str, Layout]:
-    """Queue name -> layout, from the recorded shard counts (an HGETALL of shards_key)."""
+def layouts_of(raw: dict[Any, Any], broken: dict[str, str] | None = None) -> dict[str, Layout]:
+    """Queue name -> layout, from the recorded shard counts (an HGETALL of shards_key). A
+    malformed record is that queue's error alone: left out, its error put in ``broken`` (or
+    logged)."""
     layouts = {}
     for name, value in raw.items():
         text = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
         try:
             layout = recorded_layout(value, text)
-        except ConfigError as exc:  # that queue's error alone: the others are still read
-            log.warning("delayq: %s", printable(str(exc)))
+        except ConfigError as exc:
+            if broken is None:
+                log.warning("delayq: %s", printable(str(exc)))
+            else:
+                broken[text] = str(exc)
             continue
         if layout is not None:
             layouts[text] = layout

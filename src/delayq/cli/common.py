@@ -170,6 +170,8 @@ class Session:
         if not quiet:
             for name in registry.invalid:
                 warn(f"warning: skipping invalid queue name {name!r} in {self.registry}")
+            for error in registry.broken.values():
+                warn(f"warning: skipping a queue: {printable(error)}")
         return list(registry.names)
 
     def holds_keys(self, name: str, roles: Sequence[str] = DATA_ROLES) -> int:
