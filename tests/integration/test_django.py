@@ -371,6 +371,30 @@ def test_on_commit_offers_after_the_commit_only(project: dict[str, str], queue: 
     queue.cancel(task_id)
 
 
+def test_on_commit_keeps_the_callers_trace_context(
+    project: dict[str, str], queue: DelayQueue
+) -> None:
+    """The offer is sent by the commit, maybe after the caller's span ended (ATOMIC_REQUESTS):
+    it carries the caller's trace context, captured at the call (issue #22)."""
+    pytest.importorskip("opentelemetry.sdk")
+    from django.db import transaction
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from delayq.contrib import django as delayq_django
+
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        trace.set_tracer_provider(TracerProvider())  # once per process, whoever is first
+    with transaction.atomic():
+        with trace.get_tracer("shop").start_as_current_span("POST /orders") as view:
+            task_id = delayq_django.offer_on_commit("orders", {"order_id": -5}, delay=30)
+        assert not trace.get_current_span().get_span_context().is_valid  # the view's is over
+    info = queue.get(task_id)
+    assert info is not None
+    assert info.headers["traceparent"].split("-")[1] == f"{view.get_span_context().trace_id:032x}"
+    queue.cancel(task_id)
+
+
 def test_on_commit_views_place_and_cancel(client: Any, queue: DelayQueue) -> None:
     placed = client.post("/on-commit/orders/?delay=30").json()
     assert queue.get(placed["close_task_id"]).key == f"close:{placed['id']}"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..exceptions import DecodeError, EncodeError, PayloadTooLarge
+from . import tracing
 from .codecs import PayloadType, dump_json, dump_msgpack, load_json, load_msgpack
 
 ENVELOPE_VERSION: Final = 1
@@ -55,6 +56,7 @@ class EnvelopeCodec:
         priority: int = 0,
         key: str | None = None,
     ) -> bytes:
+        headers = tracing.with_trace_context(headers)  # the offer's span, if any
         plain = not (headers or priority or key is not None)
         if plain and self.codec == "json" and self.payload_type is None:  # the common case
             return self._bare(payload)
@@ -95,7 +97,7 @@ class EnvelopeCodec:
 
     def plain_encoder(self) -> Callable[[Any], bytes]:
         """``encode`` for payloads with no options, as one call (bulk offers use it)."""
-        if self.codec != "json" or self.payload_type is not None:
+        if self.codec != "json" or self.payload_type is not None or tracing.active():
             return self.encode
         return self._bare
 

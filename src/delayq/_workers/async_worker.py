@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._async.queue import AsyncDelayQueue, AsyncTask
+from .._core import tracing
 from .._core.handling import Verdict, outcome_of
 from .._core.models import Backoff
 from .._core.text import printable
@@ -213,7 +214,9 @@ class AsyncWorker(WorkerBase):
                 await _sleep_unless(self._space[index], 0.5)
                 continue
             try:
+                started = tracing.now_ns()
                 tasks = await queue.poll_many(wanted, timeout=self._poll_timeout[index])
+                tracing.record("receive", queue.name, tasks, started)
                 backoff = 0.05
                 self._fetch_trouble[index].succeeded()
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die
@@ -253,11 +256,12 @@ class AsyncWorker(WorkerBase):
         call_hook(log, hooks.on_start, task)
         error: BaseException | None = None
         try:
-            if self._options.timeout is None:
-                result = await self._handler(task)
-            else:
-                async with asyncio.timeout(self._options.timeout):
+            with tracing.consumer_span(queue.name, task):  # a no-op without the otel extra
+                if self._options.timeout is None:
                     result = await self._handler(task)
+                else:
+                    async with asyncio.timeout(self._options.timeout):
+                        result = await self._handler(task)
         except asyncio.CancelledError:
             if self._stopping.is_set():
                 raise  # shutdown past the grace period: the task is handed back
@@ -350,7 +354,9 @@ class AsyncWorker(WorkerBase):
             if not batch:
                 continue
             try:
+                started = tracing.now_ns()
                 acked: list[bool | None] = list(await queue.ack_many(batch))
+                tracing.record("settle", queue.name, batch, started)
                 self._ack_trouble[index].succeeded()
             except asyncio.CancelledError:  # the batch stays due: the last flush sends it
                 self._ledger.ack_failed(index, batch)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._core import tracing
 from .._core.handling import Reject, Verdict, outcome_of
 from .._core.models import Backoff
 from .._core.text import printable
@@ -211,7 +212,9 @@ class Worker(WorkerBase):
                     space.wait(0.5)
                     continue
             try:
+                started = tracing.now_ns()
                 tasks = queue.poll_many(wanted, timeout=self._poll_timeout[index])
+                tracing.record("receive", queue.name, tasks, started)
                 backoff = 0.05
                 self._fetch_trouble[index].succeeded()
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die
@@ -256,7 +259,8 @@ class Worker(WorkerBase):
         error: BaseException | None = None
         result: Any = None
         try:
-            result = self._handler(task)
+            with tracing.consumer_span(queue.name, task):  # a no-op without the otel extra
+                result = self._handler(task)
         except BaseException as exc:  # the worker never dies from a task (not even sys.exit)
             error = exc
         else:
@@ -365,7 +369,9 @@ class Worker(WorkerBase):
             if not batch:
                 continue
             try:
+                started = tracing.now_ns()
                 acked: list[bool | None] = list(queue.ack_many(batch))
+                tracing.record("settle", queue.name, batch, started)
                 self._ack_trouble[index].succeeded()
             except DelayqError as exc:  # leases stay held: the heartbeat keeps them alive
                 self._counters.redis_errors += 1

@@ -22,6 +22,7 @@ from typing import Any, Unpack
 
 from django.db import transaction
 
+from ..._core import tracing
 from ..._core.offers import OfferOptions, build_offer, check_dedup, offer_of
 from ..._core.timing import Duration
 from ...exceptions import DelayqError
@@ -56,6 +57,9 @@ def offer_on_commit(
     check_dedup(options.get("dedup"))  # a bad one would fail only after the commit
     sent = options.copy()
     sent["id"] = task_id
+    traced = tracing.with_trace_context(options.get("headers"))  # the caller's span, not the
+    if traced:  # commit's (which may run after it ended: ATOMIC_REQUESTS)
+        sent["headers"] = dict(traced)
     send = partial(get_queue(queue).offer, payload, delay, **sent)
     transaction.on_commit(partial(_after_commit, send, queue, task_id, "offer"), using=using)
     return task_id
