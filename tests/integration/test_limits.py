@@ -83,7 +83,8 @@ def test_each_way_a_lease_ends_frees_exactly_one_slot(make_queue, end: str) -> N
     info, stats = q.limits.get("t"), q.stats()
     assert info.running == 2
     coming_back = end in ("nack", "retry", "release", "expiry")  # ack, reject: it is done
-    assert info.waiting + stats.delayed + stats.ready == 2 + coming_back
+    assert stats.delayed + stats.ready == 2 + coming_back  # ready counts the parked ones
+    assert info.waiting <= stats.ready
 
 
 def test_a_lost_ack_reply_does_not_free_a_slot_twice(make_queue) -> None:

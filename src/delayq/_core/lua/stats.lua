@@ -6,7 +6,8 @@
 --         leases, expired the leases that ran out with no consumer back to reclaim them
 --         (the head of the inflight set: one ZCOUNT); a paused queue adds the pair
 --         'pause:until', epoch ms (0: until resumed); a queue with limits 'lim:waiting' and
---         'lim:running' (totals) and 'limw:<key>' / 'limr:<key>' for its top keys
+--         'lim:running' (totals) and 'limw:<key>' / 'limr:<key>' for its top keys; its
+--         ready count includes the tasks parked by limits
 local overdue_after = tonumber(ARGV[1])
 local now = now_ms()
 local total = redis.call('ZCARD', K_DELAYED)
@@ -53,6 +54,7 @@ if flow_seen.lim or flow_seen.held then
   for i = 1, #run, 2 do
     if run[i] ~= '*' then running[#running + 1] = {run[i], tonumber(run[i + 1])} end
   end
+  reply[3] = reply[3] + total  -- parked tasks are due and not handed out: ready
   reply[#reply + 1] = 'lim:waiting'
   reply[#reply + 1] = total
   reply[#reply + 1] = 'lim:running'
