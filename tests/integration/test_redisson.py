@@ -166,7 +166,8 @@ def test_java_offers_migrate_with_due_times_kept(
     assert summary.counts.moved == count and summary.counts.dead_lettered == 0
     assert summary.after.empty and summary.counts.by_format == {fmt.value: count}
     queue = make_queue(name)
-    assert queue.stats().delayed == count
+    stats = queue.stats()  # some may be due already on a slow machine
+    assert stats.delayed + stats.ready == count
     got = drain(queue, count)
     assert sorted(json.dumps(t.payload) for t in got) == sorted(expected)
     due_by_id = {f"rdq-{m[1:9].hex()}" if fmt is MemberFormat.CURRENT else None: s

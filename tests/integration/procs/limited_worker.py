@@ -48,7 +48,7 @@ def record(task: Any) -> str:
             "payload": task.payload,
             "attempts": task.attempts,
             "start_ms": int(task.delivered_at.timestamp() * 1000),
-            "end_ms": int(time.time() * 1000) + 1,
+            "end_ms": int(time.time() * 1000),
             "pid": os.getpid(),
         }
     )
