@@ -165,3 +165,31 @@ for codec in ("json", "msgpack"):
     assert len(lines) == 2, proc
     for line in lines:
         assert line.endswith("at `$.order_id`"), line
+
+
+def test_redis_url_from_an_environment_variable_or_a_file(
+    queue: Callable[..., DelayQueue], redis7_server: EmbeddedRedis, prefix: str, tmp_path: Any
+) -> None:
+    # issue #23: a URL with a password given as --redis shows in ps; env:NAME and file:PATH
+    # keep it out of the command line, on every command that takes --redis.
+    queue("orders").offer({"n": 1}, 3600)
+    secret = tmp_path / "redis-url"
+    secret.write_text(redis7_server.url + "\n")
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    env = cli_env(DQ_TEST_URL=redis7_server.url)
+    from_env, from_file, unset, missing, blank = run_many(
+        [
+            ["stats", "orders", "--json", "--redis", "env:DQ_TEST_URL", "--prefix", prefix],
+            ["stats", "orders", "--json", "--redis", f"file:{secret}", "--prefix", prefix],
+            ["stats", "orders", "--redis", "env:DQ_TEST_NOT_SET", "--prefix", prefix],
+            ["stats", "orders", "--redis", f"file:{tmp_path / 'nope'}", "--prefix", prefix],
+            ["queues", "--redis", f"file:{empty}", "--prefix", prefix],
+        ],
+        env=env,
+    )
+    for result in (from_env, from_file):
+        assert result.json()[0]["delayed"] == 1, result
+    unset.failed_with("env:DQ_TEST_NOT_SET: the environment variable is not set", code=2)
+    missing.failed_with("No such file or directory", code=2)
+    blank.failed_with("the file is empty", code=2)

@@ -59,7 +59,46 @@ def redis_help() -> str:
     ``$REDIS_URL`` (its password masked) when that is set."""
     url = os.environ.get("REDIS_URL")
     default = f"$REDIS_URL = {safe_url(url)}" if url else f"$REDIS_URL, else {DEFAULT_URL}"
-    return f"Redis URL (default: {default}). A password given here shows in ps: set REDIS_URL."
+    return (
+        f"Redis URL, or env:NAME / file:PATH to read it from there (default: {default}). "
+        "A password given here shows in ps: use REDIS_URL, env: or file:."
+    )
+
+
+def read_source(value: str) -> str:
+    """``value``, or what ``env:NAME`` (that environment variable) or ``file:PATH`` (the
+    file's first line) points to: a secret given so never shows in ``ps``. Raises
+    :class:`ValueError` saying what is missing."""
+    if value.startswith("env:"):
+        found = os.environ.get(value[4:])
+        if not found:
+            raise ValueError(f"{value}: the environment variable is not set")
+        return found
+    if value.startswith("file:"):
+        try:
+            with open(value[5:], encoding="utf-8") as fh:
+                first = fh.readline().strip()
+        except OSError as exc:
+            raise ValueError(f"{value}: {exc.strerror}") from None
+        if not first:
+            raise ValueError(f"{value}: the file is empty")
+        return first
+    return value
+
+
+def from_source(value: str, option: str) -> str:
+    """:func:`read_source` for a value a command reads itself (``--dsn``)."""
+    try:
+        return read_source(value)
+    except ValueError as exc:
+        raise CliError(f"{option} {exc}", code=2) from None
+
+
+def _redis_source(value: str) -> str:
+    try:
+        return read_source(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 RedisOpt = Annotated[
@@ -69,6 +108,7 @@ RedisOpt = Annotated[
         envvar="REDIS_URL",
         metavar="URL",
         help=redis_help(),
+        callback=_redis_source,
         show_envvar=False,
         show_default=False,
     ),

@@ -6,7 +6,6 @@ command module imports the other."""
 from __future__ import annotations
 
 import json as jsonlib
-import os
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -14,7 +13,7 @@ import typer
 
 from .._core.text import printable
 from .._core.timing import format_duration
-from .common import CliError
+from .common import CliError, from_source
 
 if TYPE_CHECKING:
     from ..outbox import Outbox
@@ -24,26 +23,6 @@ def say_line(line: str) -> None:
     """One line on stdout as it is (the outbox commands write plain text, not through rich)."""
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
-
-
-def from_source(value: str, option: str) -> str:
-    """``--dsn``/``--redis`` given as ``env:NAME`` (read from that environment variable) or
-    ``file:PATH`` (the file's first line): the secret then never shows in ``ps``."""
-    if value.startswith("env:"):
-        found = os.environ.get(value[4:])
-        if not found:
-            raise CliError(f"{option} {value}: the environment variable is not set", code=2)
-        return found
-    if value.startswith("file:"):
-        try:
-            with open(value[5:], encoding="utf-8") as fh:
-                first = fh.readline().strip()
-        except OSError as exc:
-            raise CliError(f"{option} {value}: {exc.strerror}", code=2) from None
-        if not first:
-            raise CliError(f"{option} {value}: the file is empty", code=2)
-        return first
-    return value
 
 
 def open_outbox(dsn: str, table: str, schema: str | None) -> Outbox:
