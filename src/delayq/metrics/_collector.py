@@ -7,13 +7,14 @@ import math
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
-from .._core import protocol
+from .._core import protocol, sharding
 from .._core.keys import QueueKeys
 from .._core.models import Stats
 from .._core.outages import OUTAGES, where_of
@@ -26,6 +27,10 @@ log = logging.getLogger("delayq.metrics")
 
 CLIENT_NAME = "delayq-exporter"
 DEFAULT_RECONNECT_S = 3.0  # a scrape rides out a short blip, then reports delayq_exporter_up 0
+# Queues a scrape gives series of their own; the rest are summed under queue="_other", so
+# 50,000 queue names cost a few hundred series, not hundreds of thousands.
+MAX_QUEUES = 200
+OTHER = "_other"
 
 STATES = ("delayed", "ready", "inflight", "expired", "dead")
 # Redis counters hash field (= metric name without delayq_ and _total) -> help text.
@@ -75,7 +80,11 @@ class QueueCollector(Collector):
         queues: Iterable[str] | None = None,
         overdue_after: float = 1.0,
         reconnect_timeout: Duration | None = None,
+        max_queues: int = MAX_QUEUES,
     ) -> None:
+        if not isinstance(max_queues, int) or max_queues < 1:
+            raise ValueError(f"max_queues must be a positive int, not {max_queues!r}")
+        self.max_queues = max_queues
         if reconnect_timeout is None and not isinstance(redis, Connection):
             reconnect_timeout = DEFAULT_RECONNECT_S
         self._conn, self._owns_conn = shared_or_new(
@@ -148,9 +157,14 @@ class QueueCollector(Collector):
         for name, kind, text in FAMILIES:
             yield Metric(name, text, kind)
 
+    def _samples(self) -> list[list[tuple[str, Labels, float]]]:
+        return grouped(*self.snapshot(), max_queues=self.max_queues)
+
     def collect(self) -> Iterator[Metric]:
         """The metrics as prometheus-client objects (when registered on a registry)."""
-        for (name, kind, text), samples in zip(FAMILIES, grouped(*self.snapshot()), strict=True):
+        for (name, kind, text), samples in zip(
+            FAMILIES, grouped(*self.snapshot(), max_queues=self.max_queues), strict=True
+        ):
             family = Metric(name, text, kind)
             for sample, labels, value in samples:
                 family.add_sample(sample, dict(labels), value)
@@ -161,7 +175,9 @@ class QueueCollector(Collector):
         queues is thousands of samples, and prometheus-client's generic exposition of them
         costs several times the Redis round (see bench/exporter.py)."""
         out: list[str] = []
-        for (name, kind, text), samples in zip(FAMILIES, grouped(*self.snapshot()), strict=True):
+        for (name, kind, text), samples in zip(
+            FAMILIES, grouped(*self.snapshot(), max_queues=self.max_queues), strict=True
+        ):
             if kind == "counter":
                 name += "_total"  # text format 0.0.4 names counters by their samples
             out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
@@ -235,10 +251,28 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def bounded(rows: Sequence[Stats], most: int) -> list[Stats]:
+    """``rows`` if there are at most ``most``; else the ``most - 1`` that need someone first
+    (overdue, then dead, then the most tasks) and one row ``_other`` summing the rest."""
+    if len(rows) <= most:
+        return list(rows)
+    ranked = sorted(rows, key=lambda r: (-r.overdue, -r.dead, -r.total, r.queue))
+    shown, rest = ranked[: most - 1], ranked[most - 1 :]
+    other = sharding.merged_stats(OTHER, rest)
+    totals = {"": other.limit_waiting.get("", 0)}, {"": other.limit_running.get("", 0)}
+    return [*shown, replace(other, shards=(), limit_waiting=totals[0], limit_running=totals[1])]
+
+
 def grouped(
-    rows: Sequence[Stats], up: bool, seconds: float, schedules: Sequence[Any] = ()
+    rows: Sequence[Stats],
+    up: bool,
+    seconds: float,
+    schedules: Sequence[Any] = (),
+    *,
+    max_queues: int = MAX_QUEUES,
 ) -> list[list[tuple[str, Labels, float]]]:
-    """The samples of each family of :data:`FAMILIES` (same order): (name, labels, value)."""
+    """The samples of each family of :data:`FAMILIES` (same order): (name, labels, value);
+    at most ``max_queues`` queues get series of their own (:func:`bounded`)."""
     out: list[list[tuple[str, Labels, float]]] = [
         [] for _ in FAMILIES[: -len(_schedules.SCHEDULE_FAMILIES)]
     ]
@@ -247,7 +281,7 @@ def grouped(
     out += (
         _schedules.samples(rows, schedules) if rows else [[] for _ in _schedules.SCHEDULE_FAMILIES]
     )
-    for stats in rows:
+    for stats in bounded(rows, max_queues):
         q = (("queue", stats.queue),)
         for state in STATES:
             tasks.append(("delayq_tasks", (*q, ("state", state)), getattr(stats, state)))
