@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_WORKERS ?= 3
 
 .PHONY: demo order-service test docs check lint typecheck unasync bench bench-core bench-consumer bench-cluster bench-node soak clean
 
@@ -27,11 +28,11 @@ test: $(STAMP)  ## lint, types, generated-code check and the test suite on Redis
 	$(BIN)/python scripts/unasync.py --check
 	$(MAKE) docs
 	@# The topology tests (-m topology: Sentinel and cluster failovers, mostly waiting) run in a
-	@# second pytest beside the rest, which runs as before (in pytest-xdist's workers the 950-deep
-	@# payload of tests/acceptance/test_cli_views.py goes over the recursion limit).
+	@# second pytest beside the rest; the rest runs in 3 pytest-xdist workers (most tests wait on
+	@# servers and due times, so 3 workers on 2 cores keep the suite near 10 minutes).
 	@$(BIN)/pytest -q -p no:cacheprovider -m topology $(PYTEST_ARGS) > $(VENV)/topology.log 2>&1 & \
 	topology=$$!; trap 'kill $$topology 2>/dev/null' INT TERM; \
-	$(BIN)/pytest -q -m "not topology" $(PYTEST_ARGS); rest=$$?; wait $$topology; topology_rc=$$?; \
+	$(BIN)/pytest -q -m "not topology" -n $(TEST_WORKERS) $(PYTEST_ARGS); rest=$$?; wait $$topology; topology_rc=$$?; \
 	echo "-- the topology tests, run beside the rest:"; cat $(VENV)/topology.log; \
 	[ $$rest -eq 0 ] && [ $$topology_rc -eq 0 ]
 
