@@ -199,9 +199,11 @@ local function sched_fire(name, st, fire_ms, gap)
   local outcome = sched_admit(name, st, id, fire_ms)
   if outcome == 'fire' then
     sched_offer(name, st, id, fire_ms, fire_ms + sched_jitter(name, st, fire_ms, gap))
-    redis.call('HSET', st_key, 'pend', id, 'last_ms', fmt(fire_ms))
+    redis.call('HSET', st_key, 'pend', id, 'prev_ms', st.last_ms or '0', 'last_ms', fmt(fire_ms))
+    st.last_ms = fmt(fire_ms)
   elseif outcome == 'held' then
     redis.call('HSET', st_key, 'last_ms', fmt(fire_ms))
+    st.last_ms = fmt(fire_ms)
   else
     redis.call('HINCRBY', st_key, 'skipped', 1)
     redis.call('HSET', st_key, 'last_out', 'skipped')
@@ -261,12 +263,17 @@ local function sched_drop_pending(name, now)
     redis.call('ZREM', K_DELAYED, id)
     forget(id, now, false)
     task_ended({id}, now, 'cancelled')
-    -- Never handed out and gone in this same script: its time may fire again (under the new
-    -- spec, or after a resume) instead of being lost to the edit.
+    -- Never handed out and gone in this same script: it did not fire, and its time may
+    -- fire again (under the new spec, or after a resume) instead of being lost to the edit.
     local nominal = tonumber(string.match(id, ':(%d+)$'))
-    if nominal and tonumber(redis.call('HGET', st_key, 'cursor')) == nominal then
+    local state = redis.call('HMGET', st_key, 'cursor', 'last_ms', 'prev_ms')
+    if nominal and tonumber(state[1]) == nominal then
       redis.call('HSET', st_key, 'cursor', fmt(nominal - 1))
     end
+    if nominal and tonumber(state[2]) == nominal then
+      redis.call('HSET', st_key, 'last_ms', state[3] or '0')
+    end
+    redis.call('HINCRBY', st_key, 'fired', -1)
   end
 end
 
