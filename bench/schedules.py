@@ -11,8 +11,9 @@ only the processes they started.
 
 ``many``
     ``--schedules`` schedules (default 10,000) on one queue, schedule ``i`` every
-    ``1 + i % 60`` seconds (aligned to the epoch, as ``every=`` is: the 1-s ones all fire at
-    each whole second), run by two worker processes (``poll_many(200)`` + ``ack_many``). Each
+    ``1 + i % 60`` seconds, their phases spread over the period (``--aligned``: all at phase
+    0, as ``every=`` is by default, so that each whole minute fires all 10,000 at once), run
+    by two worker processes (``poll_many(200)`` + ``ack_many``). Each
     worker records every fire it is handed: schedule, nominal ms, server delivery ms,
     attempts. Reported: fires, lateness (server delivery time minus nominal time)
     p50/p99/max, fires delivered twice as first deliveries (must be 0), times missing in the
@@ -44,6 +45,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +149,12 @@ def redis_counters(client: redis.Redis) -> tuple[float, float]:
 # -- many ----------------------------------------------------------------------------------------
 
 
-def run_many(url: str, count: int, seconds: float, folder: Path) -> dict[str, Any]:
+def phase_ms(i: int, every_ms: int, aligned: bool) -> int:
+    """Schedule ``i``'s phase: 0 (every one of a period fires at once) or spread over it."""
+    return 0 if aligned else (i * 7919) % every_ms
+
+
+def run_many(url: str, count: int, seconds: float, folder: Path, aligned: bool) -> dict[str, Any]:
     prefix, queue_name = f"bench-sched-{uuid.uuid4().hex[:6]}", "many"
     client = redis.Redis.from_url(url)
     q = DelayQueue(queue_name, url, prefix=prefix)
@@ -157,13 +164,24 @@ def run_many(url: str, count: int, seconds: float, folder: Path) -> dict[str, An
     plain_idle = idle_rate(client)  # the two workers on the queue before any schedule
     started = time.time()
     for i in range(count):
-        q.schedules.upsert(f"s{i}", i, every=1 + i % 60)
+        every_ms = (1 + i % 60) * 1000
+        q.schedules.upsert(
+            f"s{i}",
+            i,
+            every=timedelta(milliseconds=every_ms),
+            phase=timedelta(milliseconds=phase_ms(i, every_ms, aligned)),
+        )
     upsert_s = time.time() - started
     window_start_ms = int(time.time() * 1000) + 1000
     commands_0, cpu_0 = redis_counters(client)
     time.sleep(seconds)
     commands_1, cpu_1 = redis_counters(client)
     window_end_ms = int(time.time() * 1000)
+    time.sleep(10)  # the window's last fires are handed out before the schedules go
+    infos = q.schedules.list(upcoming=0)
+    skipped = sum(i.skipped for i in infos)
+    missed = sum(i.missed for i in infos)
+    skipped_names = [i.name for i in infos if i.skipped][:5]
     kept = min(59, count - 1)  # the idle phase: one schedule left, every 60 s if there are 60
     for i in range(count):
         if i != kept:
@@ -179,35 +197,41 @@ def run_many(url: str, count: int, seconds: float, folder: Path) -> dict[str, An
         for name, nominal, delivered, attempts in rows
         if attempts == 1 and window_start_ms <= nominal <= window_end_ms
     ]
-    missing = 0
+    missing, examples = 0, []
     for i in range(count):
         every_ms = (1 + i % 60) * 1000
-        first = (window_start_ms // every_ms + 1) * every_ms
-        for t in range(first, window_end_ms - every_ms, every_ms):
+        phase = phase_ms(i, every_ms, aligned)
+        first = phase + ((window_start_ms - phase) // every_ms + 1) * every_ms
+        for t in range(first, window_end_ms, every_ms):
             if (f"s{i}", t) not in firsts:
                 missing += 1
-    infos = q.schedules.list(upcoming=0)
-    skipped = sum(i.skipped for i in infos)
-    missed = sum(i.missed for i in infos)
+                if len(examples) < 5:
+                    examples.append(f"s{i}@{t}")
     fires = len(lateness)
     q.close()
     client.close()
     return {
         "scenario": "many",
         "schedules": count,
+        "phases": "aligned" if aligned else "spread",
         "seconds": seconds,
         "upsert_s": round(upsert_s, 1),
         "fires_in_window": fires,
         "fires_per_s": round(fires / seconds, 1),
         "lateness_ms": {
             "p50": pct(lateness, 0.5),
+            "p90": pct(lateness, 0.9),
             "p99": pct(lateness, 0.99),
+            "p999": pct(lateness, 0.999),
             "max": max(lateness) if lateness else None,
         },
         "delivered_twice": twice,
         "missing": missing,
-        "schedule_skipped_left": skipped,
-        "schedule_missed_left": missed,
+        "window_ms": [window_start_ms, window_end_ms],
+        "missing_examples": examples,
+        "schedule_skipped": skipped,
+        "schedule_missed": missed,
+        "skipped_examples": skipped_names,
         "redis_cpu_us_per_fire": round((cpu_1 - cpu_0) / max(fires, 1) * 1e6, 1),
         "redis_commands_per_s_running": round((commands_1 - commands_0) / seconds, 1),
         "redis_commands_per_s_idle_one_schedule": sched_idle,
@@ -273,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     many = sub.add_parser("many", help="many schedules, two workers")
     many.add_argument("--schedules", type=int, default=10_000)
     many.add_argument("--seconds", type=float, default=600)
+    many.add_argument(
+        "--aligned", action="store_true", help="every schedule of a period fires at once"
+    )
     kill = sub.add_parser("kill", help="a 1-s schedule, a worker killed every 30 s")
     kill.add_argument("--seconds", type=float, default=600)
     kill.add_argument("--kill-every", type=float, default=30)
@@ -288,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("redis-server is not on PATH")
     with EmbeddedRedis(binary) as server, tempfile.TemporaryDirectory() as tmp:
         if args.command == "many":
-            result = run_many(server.url, args.schedules, args.seconds, Path(tmp))
+            result = run_many(server.url, args.schedules, args.seconds, Path(tmp), args.aligned)
         else:
             result = run_kill(server.url, args.seconds, args.kill_every, Path(tmp))
     print(json.dumps(result, indent=2))

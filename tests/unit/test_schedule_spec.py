@@ -101,6 +101,12 @@ def test_every_is_aligned_to_its_phase_not_to_the_last_run() -> None:
     assert exact[0].minute == 11  # strictly after
 
 
+def test_every_and_phase_are_exact_milliseconds() -> None:
+    s = Schedule(every=timedelta(seconds=11), phase=timedelta(milliseconds=4030))
+    assert (s.every_ms, s.phase_ms) == (11000, 4030)  # not 4031, as 4.03 * 1000 rounds up
+    assert Schedule(every=0.3, phase=0.1).phase_ms == 100
+
+
 def test_start_and_end_bound_the_fires() -> None:
     start = datetime(2026, 1, 1, 0, 10, tzinfo=UTC)
     end = datetime(2026, 1, 1, 0, 20, tzinfo=UTC)

@@ -62,6 +62,18 @@ def _aware_ms(value: object, what: str) -> int | None:
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,199}")
 
 
+def _exact_ms(value: object, what: str, *, allow_zero: bool = True) -> int:
+    """A duration as the nearest whole ms: fire times are exact, so ``timedelta(
+    milliseconds=4030)`` is 4030 (a delay rounds up, to be never early: 4.03 s would be 4031)."""
+    try:
+        duration_ms(value, what, allow_zero=allow_zero)  # the checks and their messages
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if isinstance(value, timedelta):
+        return round(value / timedelta(milliseconds=1))
+    return round(float(value) * 1000)  # type: ignore[arg-type]
+
+
 def check_name(name: object) -> str:
     """A schedule name: 1-200 characters from A-Z a-z 0-9 _ . : -, as a queue's (it goes into
     key names, task ids and metric labels)."""
@@ -108,11 +120,8 @@ class Schedule:
             except CronSimError as exc:
                 raise ConfigError(f"invalid cron expression {self.cron!r}: {exc}") from exc
         else:
-            try:
-                every_ms = duration_ms(self.every, "every", allow_zero=False)
-                phase_ms = duration_ms(self.phase, "phase")
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from exc
+            every_ms = _exact_ms(self.every, "every", allow_zero=False)
+            phase_ms = _exact_ms(self.phase, "phase")
             if phase_ms >= every_ms:
                 raise ConfigError(f"phase must be shorter than every, got {self.phase!r}")
             object.__setattr__(self, "every_ms", every_ms)

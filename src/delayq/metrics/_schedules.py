@@ -77,8 +77,8 @@ def samples(rows: Sequence[Stats], replies: Sequence[Any]) -> list[list[Sample]]
     left = iter(replies)
     for row in rows:
         for _ in parts_of(row):
-            reply = next(left)
-            if isinstance(reply, Exception):  # that shard's stats were read: report them
+            reply = next(left, None)  # none: a reading without schedule replies
+            if reply is None or isinstance(reply, Exception):  # the stats still report
                 continue
             for stored in parse_info(reply)[1]:
                 q = (("queue", row.queue), ("schedule", stored.name))

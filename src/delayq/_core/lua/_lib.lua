@@ -18,6 +18,10 @@ local SCHED_GRACE_MS = 1000  -- catchup="skip" without a window: a fire this lat
 local SCHED_MAX_REPLAY = 100  -- catchup="all": most fires replayed by one step
 local SCHED_MAX_BUFFER = 100  -- overlap="buffer_all": most fires held back
 local SCHED_LOW = 8  -- fewer cron times ahead than this: ask the client for more
+-- A fire is made this long before its time (at most half its period): at its time it is an
+-- ordinary delayed task, handed out by the wake plan to the millisecond, and a burst of fires
+-- costs its steps before it, not at it.
+local SCHED_LEAD_MS = 1000
 local flow_seen = {}  -- [L] per call: which flow-control keys exist (see lease_ended)
 
 -- One clock for everybody: the server's. Returns now in whole ms and, second, the next whole
@@ -441,6 +445,12 @@ end
 
 local function sched_key(suffix) return string.sub(K_COUNTERS, 1, -9) .. suffix end
 
+-- How long before its time a schedule's fire is made (cron times are at least 1 s apart).
+local function sched_lead(st)
+  if st.kind == 'every' then return math.min(SCHED_LEAD_MS, math.floor(tonumber(st.every) / 2)) end
+  return math.floor(SCHED_LEAD_MS / 2)
+end
+
 local function sched_state(name)
   local flat = redis.call('HGETALL', sched_key('sched:st:' .. name))
   local st = {}
@@ -515,9 +525,11 @@ local function sched_fire(name, st, fire_ms, gap)
   local outcome = sched_admit(name, st, id, fire_ms)
   if outcome == 'fire' then
     sched_offer(name, st, id, fire_ms, fire_ms + sched_jitter(name, st, fire_ms, gap))
-    redis.call('HSET', st_key, 'pend', id, 'last_ms', fmt(fire_ms))
+    redis.call('HSET', st_key, 'pend', id, 'prev_ms', st.last_ms or '0', 'last_ms', fmt(fire_ms))
+    st.last_ms = fmt(fire_ms)
   elseif outcome == 'held' then
     redis.call('HSET', st_key, 'last_ms', fmt(fire_ms))
+    st.last_ms = fmt(fire_ms)
   else
     redis.call('HINCRBY', st_key, 'skipped', 1)
     redis.call('HSET', st_key, 'last_out', 'skipped')
@@ -577,6 +589,17 @@ local function sched_drop_pending(name, now)
     redis.call('ZREM', K_DELAYED, id)
     forget(id, now, false)
     task_ended({id}, now, 'cancelled')
+    -- Never handed out and gone in this same script: it did not fire, and its time may
+    -- fire again (under the new spec, or after a resume) instead of being lost to the edit.
+    local nominal = tonumber(string.match(id, ':(%d+)$'))
+    local state = redis.call('HMGET', st_key, 'cursor', 'last_ms', 'prev_ms')
+    if nominal and tonumber(state[1]) == nominal then
+      redis.call('HSET', st_key, 'cursor', fmt(nominal - 1))
+    end
+    if nominal and tonumber(state[2]) == nominal then
+      redis.call('HSET', st_key, 'last_ms', state[3] or '0')
+    end
+    redis.call('HINCRBY', st_key, 'fired', -1)
   end
 end
 
@@ -613,8 +636,9 @@ local function sched_plan(name, st, now)
   -- Sleeping consumers plan their wake from the earliest time they heard of: a schedule
   -- that now fires before the chain's earliest (an upsert, a resume) is announced.
   local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
-  redis.call('ZADD', due_key, fmt(nxt), name)
-  announce_if_earlier(score(nxt, 0), head[2] and score(tonumber(head[2]), 0))
+  local step_at = nxt - sched_lead(st)
+  redis.call('ZADD', due_key, fmt(step_at), name)
+  announce_if_earlier(score(step_at, 0), head[2] and score(tonumber(head[2]), 0))
   return st.kind == 'cron' and st.exh ~= '1'
     and redis.call('ZCARD', sched_key('sched:at:' .. name)) < SCHED_LOW
 end
@@ -629,7 +653,7 @@ local function sched_advance(name, now)
     return false
   end
   local cursor, endms = tonumber(st.cursor), tonumber(st['end'])
-  local last = now
+  local last = now + sched_lead(st)  -- the time coming up within the lead is made now
   if endms > 0 and endms < last then last = endms end
   local keep = st.cu == 'all' and SCHED_MAX_REPLAY or 1
   local win = tonumber(st.win)

@@ -24,6 +24,7 @@ local due_key = sched_key('sched:due')
 
 if action == 'pause' then
   if st.paused == '1' then return {0, ''} end
+  sched_drop_pending(name, now)  -- a fire made ahead of its time does not run in the pause
   redis.call('HSET', st_key, 'paused', 1, 'note', ARGV[3], 'paused_ms', fmt(now))
   redis.call('ZREM', due_key, name)
   return {1, ''}

@@ -8,7 +8,8 @@
 -- ARGV[14] priority   ARGV[15] envelope template   ARGV[16] its fire-time placeholder
 -- Reply: {status, version, cursor ms, cron times ahead}; status 0 = the same spec was there
 --        (nothing changed), 1 = created (or re-created after a remove), 2 = changed: the
---        version went up, the fire not yet due was dropped and the chain goes on from
+--        version went up, the fire not yet due was dropped (its time given back if it was
+--        the cursor's: it fires under the new spec) and the chain goes on from
 --        max(now, cursor). A cron schedule then needs its times (schedule_refill.lua).
 local name, hash = ARGV[1], ARGV[2]
 local now = now_ms()
@@ -20,8 +21,8 @@ if old[1] and old[3] ~= '1' and old[2] == hash then
 end
 local status = (old[1] and old[3] ~= '1') and 2 or 1
 local ver = tonumber(old[1] or '0') + 1
-local cursor = math.max(tonumber(old[4] or '0'), now)
-if status == 2 then sched_drop_pending(name, now) end
+if status == 2 then sched_drop_pending(name, now) end  -- may give its time back (cursor)
+local cursor = math.max(tonumber(redis.call('HGET', st_key, 'cursor') or '0'), now)
 redis.call('DEL', at_key)
 redis.call('HSET', st_key, 'ver', ver, 'hash', hash, 'spec', ARGV[3], 'kind', ARGV[4],
   'every', ARGV[5], 'phase', ARGV[6], 'start', ARGV[7], 'end', ARGV[8], 'maxf', ARGV[9],
