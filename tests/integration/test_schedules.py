@@ -512,3 +512,36 @@ def test_a_sleeping_consumer_wakes_for_a_new_schedules_first_fire(make_queue: Ma
     waiting.join(15)
     assert got and got[0] is not None, "the consumer slept through the first fire"
     assert got[0].lateness_ms < 1000
+
+
+# -- a paused queue (flow control, issue #20) ------------------------------------------------
+
+
+def test_a_paused_queue_keeps_the_cursor_and_catches_up_by_policy_on_resume(
+    make_queue: Make,
+) -> None:
+    """While the queue is paused its consumers keep looking but no fire is made or handed
+    out; on resume the default catch-up ("latest") runs one late fire, counts the times the
+    pause covered as missed, and the chain goes on from there: no flood, no time twice."""
+    q = make_queue()
+    q.schedules.upsert("tick", "t", every=1)
+    before = take_fires(q, 1)
+    q.pause(note="maintenance")
+    paused_at = time.monotonic()
+    wait_until(nudged(q, lambda: time.monotonic() - paused_at > 4), timeout=10, interval=0.05)
+    assert q.poll(timeout=0) is None, "a paused queue hands out nothing"
+    missed_before = q.schedules.get("tick").missed  # type: ignore[union-attr]
+    assert q.resume() is True
+    nudge(q)
+    burst: list[Task] = []
+    while (task := q.poll(timeout=0)) is not None:
+        burst.append(task)
+        task.ack()
+    # one catch-up fire, plus at most the one made ahead before the pause began
+    assert 1 <= len(burst) <= 2, [fire_ms(t) for t in burst]
+    info = q.schedules.get("tick")
+    assert info is not None and info.missed >= missed_before + 2, info
+    after = take_fires(q, 2)
+    times = [fire_ms(t) for t in before + burst + after]
+    assert times == sorted(set(times)), "no fire time twice, in order"
+    assert fire_ms(after[-1]) - fire_ms(after[0]) == 1000, "the chain goes on, once a second"
