@@ -4,6 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_WORKERS ?= 3
+TOPOLOGY_WORKERS ?= 2
 
 .PHONY: demo order-service test docs check lint typecheck unasync bench bench-core bench-consumer bench-cluster bench-node soak clean
 
@@ -28,9 +29,9 @@ test: $(STAMP)  ## lint, types, generated-code check and the test suite on Redis
 	$(BIN)/python scripts/unasync.py --check
 	$(MAKE) docs
 	@# The topology tests (-m topology: Sentinel and cluster failovers, mostly waiting) run in a
-	@# second pytest beside the rest; the rest runs in 3 pytest-xdist workers (most tests wait on
-	@# servers and due times, so 3 workers on 2 cores keep the suite near 10 minutes).
-	@$(BIN)/pytest -q -p no:cacheprovider -m topology $(PYTEST_ARGS) > $(VENV)/topology.log 2>&1 & \
+	@# second pytest beside the rest, in 2 pytest-xdist workers; the rest in 3 (most tests wait on
+	@# servers and due times, so this keeps the suite near 10 minutes on 2 cores).
+	@$(BIN)/pytest -q -p no:cacheprovider -m topology -n $(TOPOLOGY_WORKERS) $(PYTEST_ARGS) > $(VENV)/topology.log 2>&1 & \
 	topology=$$!; trap 'kill $$topology 2>/dev/null' INT TERM; \
 	$(BIN)/pytest -q -m "not topology" -n $(TEST_WORKERS) $(PYTEST_ARGS); rest=$$?; wait $$topology; topology_rc=$$?; \
 	echo "-- the topology tests, run beside the rest:"; cat $(VENV)/topology.log; \
