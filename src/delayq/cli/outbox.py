@@ -14,9 +14,8 @@ import typer
 
 from .._core.text import printable
 from .._core.urls import safe_url
-from .common import CliError
+from .common import CliError, from_source
 from .outboxdb import (
-    from_source,
     open_outbox,
     require_installed,
     run_db,
