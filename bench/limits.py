@@ -18,6 +18,9 @@ memory and writes them to Redis once, when stopped):
 ``keys``
     10,000 tasks of one key at concurrency 1, offered first, then 100 tasks of 100 other
     keys: the time from the workers' start until every other key's task is handled (bar: 2 s).
+``fair``
+    no limits: 10,000 tasks of one key due first, then 20 of another; where in the hand-outs
+    the other key's last task came (fairness across keys), and when.
 
 The machine may be shared: the figures say what this run measured, nothing more.
 """
@@ -175,6 +178,32 @@ def run_keys(url: str, big: int, others: int) -> dict[str, Any]:
     }
 
 
+def run_fair(url: str, big: int, small: int) -> dict[str, Any]:
+    """No limits, only keys: one key's backlog due first, another's few tasks behind it."""
+    client = redis.Redis.from_url(url)
+    prefix = f"bench-fair-{uuid.uuid4().hex[:8]}"
+    with DelayQueue("fair", url, prefix=prefix) as q:
+        q.offer_many([Offer(("big", i), 0, limit_key="big") for i in range(big)])
+        q.offer_many([Offer(("small", i), 0, limit_key="small") for i in range(small)])
+        pool = Pool(url, prefix, "fair")
+        while q.stats().total > 0:
+            time.sleep(0.05)
+        pool.stop()
+    rows = sorted(handled(client, prefix))
+    client.close()
+    first = rows[0][0]
+    small_at = [i for i, (_, p) in enumerate(rows) if p[0] == "small"]
+    return {
+        "big_tasks": big,
+        "small_tasks": small,
+        "lost": big + small - len({tuple(p) for _, p in rows}),
+        # hand-outs (of both keys) before the small key's last task, and when it was handed out
+        "hand_outs_before_last_small": small_at[-1] if small_at else None,
+        "last_small_hand_out_s": round((rows[small_at[-1]][0] - first) / 1000, 3),
+        "all_handed_out_s": round((rows[-1][0] - first) / 1000, 3),
+    }
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         worker_main(*sys.argv[2:5])
@@ -192,6 +221,7 @@ def main() -> int:
         results["unthrottled"] = run_drain(server.url, n, None)
         results["rate"] = run_drain(server.url, n, Limit(rate=rate, burst=50))
         results["keys"] = run_keys(server.url, big, others)
+        results["fair"] = run_fair(server.url, big, 20)
     results["machine_load_1m_at_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(results, indent=2))
     return 0

@@ -42,6 +42,7 @@ PAIRS: list[tuple[str, str]] = [
     ("src/delayq/_async/subscriber.py", "src/delayq/_sync/subscriber.py"),
     ("src/delayq/_async/sentinel.py", "src/delayq/_sync/sentinel.py"),
     ("src/delayq/_async/schedules.py", "src/delayq/_sync/schedules.py"),
+    ("src/delayq/_async/schedule_moves.py", "src/delayq/_sync/schedule_moves.py"),
     # the outbox
     ("src/delayq/outbox/_async/outbox.py", "src/delayq/outbox/_sync/outbox.py"),
     # the way off Redisson

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -164,6 +165,7 @@ class SentinelGroup:
     ) -> None:
         self.binary = find_redis_server(binary)
         self.down_after_ms = down_after_ms
+        self.failover_timeout_ms = failover_timeout_ms
         self.nodes = [
             Node(self.binary, aof=aof, extra_args=[*REPLICATION_ARGS, *(extra_args or [])])
             for _ in range(1 + replicas)
@@ -267,8 +269,12 @@ class SentinelGroup:
                 parts.append(f"sentinel {s.port}: master {port} [{flags}], {tilt}")
             except (redis.RedisError, OSError) as exc:
                 parts.append(f"sentinel {s.port}: {exc!r}")
-            if "+tilt" in s.log_text():
+            log = s.log_text()
+            if "+tilt" in log:
                 parts.append(f"sentinel {s.port} entered TILT during the test (see its log)")
+            aborts = sorted(set(re.findall(r"-failover-abort-[a-z-]+", log)))
+            if aborts:
+                parts.append(f"sentinel {s.port} aborted failovers: {', '.join(aborts)}")
         for n in self.nodes:
             try:
                 parts.append(f"node {n.port}: {n.role() if n.running else 'down'}")
@@ -362,12 +368,25 @@ class SentinelGroup:
 
         wait_for(has_role, timeout, f"node {node.port} to become {role}", self.diagnose)
 
-    def failover(self, timeout: float = 30.0) -> Node:
+    def failover(self, timeout: float = 45.0) -> Node:
         """A graceful ``SENTINEL FAILOVER``; returns the new master once every sentinel
-        agrees."""
+        agrees. A forced failover the sentinel aborts (on a loaded machine the replica's
+        promotion can outlast ``failover-timeout``: ``-failover-abort-slave-timeout``) is never
+        retried by Sentinel itself, so it is asked again while time remains."""
         old = self.master()
-        self._live_sentinels()[0].command("SENTINEL", "FAILOVER", self.SERVICE)
-        return self.wait_for_new_master(old, timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._live_sentinels()[0].command("SENTINEL", "FAILOVER", self.SERVICE)
+            except redis.ResponseError as exc:
+                if "INPROG" not in str(exc) and "NOGOODSLAVE" not in str(exc):
+                    raise
+            attempt = min(deadline - time.monotonic(), self.failover_timeout_ms / 1000 + 10)
+            try:
+                return self.wait_for_new_master(old, max(attempt, 1.0))
+            except TopologyTimeout:
+                if time.monotonic() + 1.0 > deadline:
+                    raise
 
     def restart(self, node: Node, timeout: float = 10.0) -> Node:
         """Start ``node`` again on its port and directory, as a replica of the master the

@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--min-replicas", type=int, default=0,
                    help="min-replicas-to-write of the split-brain Sentinel group")  # fmt: skip
+    p.add_argument("--durable-leases", type=int, default=0, metavar="N",
+                   help="consumers: Durability(replicas=N, after_fetch=True)")  # fmt: skip
     p.add_argument("--late-bound-ms", type=float, default=250.0)
     p.add_argument("--out", default="", help="directory for the history and result.json")
     a = p.parse_args(argv)
@@ -47,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         network=a.network
         or ("partition" in faults and a.topology == "standalone")
         or ("split-brain" in faults and a.topology == "sentinel"),
-        min_replicas=a.min_replicas,
+        min_replicas=a.min_replicas, durable_leases=a.durable_leases,
         topology=a.topology, late_bound_ms=a.late_bound_ms, out=a.out,
     )  # fmt: skip
     harness = Harness(config)

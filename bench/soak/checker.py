@@ -7,8 +7,11 @@ Properties (issue #21), each found as a list of :class:`Anomaly`:
   end. ``stuck``: the same, but still in the queue after the drain.
 - ``early``: a delivery before the task's due time by the server's clock. The server's time
   at a delivery is bounded from above by the clock samples (``clock`` events: the harness
-  reads Redis's ``TIME`` every ~100 ms) around the moment the consumer saw the task, so a
-  consumer whose own clock is wrong, or a script that trusted one, cannot hide it.
+  reads Redis's ``TIME`` every ~100 ms) over the span in which the fetch can have happened
+  (a take's invoke to its reply; for a worker, up to ``WORKER_HOLD_S`` before its handler
+  began), so a consumer whose own clock is wrong, or a script that trusted one, cannot hide
+  it, and a task fetched before the server's clock stepped back is judged by the clock that
+  fetched it.
 - ``double-lease``: two live leases of one task: a delivery's ack succeeded although another
   consumer had been handed the task (with a later fencing token, the attempt number) before
   that ack began; or one attempt number handed out twice; or attempts out of real-time order.
@@ -47,6 +50,9 @@ SERVER_FAULTS = frozenset(
      "maxmemory", "master-stop", "migrate", "split-brain", "failover-observed"}
 )  # fmt: skip
 CLOCK_SLACK_MS = 3  # TIME is whole microseconds, due_ms whole ms, plus the samples' spacing
+# A worker's task is fetched into its buffer before its handler begins; the soak's handlers
+# take at most ~10 ms (the one slow handler ends its batch), so the fetch was this recent.
+WORKER_HOLD_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +157,15 @@ class _Clock:
             s_t, s_ms, rtt = self.samples[k]
             bounds.append(s_ms + rtt / 2 * 1000)
         return max(bounds) + CLOCK_SLACK_MS if bounds else None
+
+    def upper_ms_over(self, t0: float, t1: float) -> float | None:
+        """The highest the server's clock can have read at some instant of [t0, t1]: the
+        same as at ``t1`` for a clock that only runs forward, more when it stepped back in
+        between (a fetch before the step, seen after it, was made by the clock before)."""
+        ends = [b for b in (self.upper_ms(t0), self.upper_ms(t1)) if b is not None]
+        lo, hi = bisect.bisect_left(self.times, t0), bisect.bisect_right(self.times, t1)
+        inside = [s_ms + rtt / 2 * 1000 + CLOCK_SLACK_MS for _, s_ms, rtt in self.samples[lo:hi]]
+        return max(ends + inside) if ends or inside else None
 
 
 def windows_of(events: Iterable[Event], grace_s: float, end_t: float) -> list[Window]:
@@ -278,7 +293,11 @@ def check(
     via = {task_id: o.via for task_id, o in offered.items()}
     for task_id, ds in deliveries.items():
         for d in ds:
-            upper = clock.upper_ms(d.seen)
+            # The delivery (the fetch) came between its invoke, or for a worker's buffered
+            # task at most WORKER_HOLD_S before the handler began, and the moment it was seen.
+            upper = clock.upper_ms_over(
+                d.started if d.started is not None else d.seen - WORKER_HOLD_S, d.seen
+            )
             if d.delivered_ms < d.due_ms or (upper is not None and upper < d.due_ms):
                 gap = d.due_ms - min(d.delivered_ms, upper if upper is not None else d.delivered_ms)
                 anomalies.append(Anomaly(

@@ -25,10 +25,10 @@ from delayq import (
     Backoff,
     DelayQueue,
     Durability,
-    LeaseLost,
     RedisUnavailable,
     Worker,
 )
+from delayq.exceptions import DelayqError
 
 from .history import Recorder
 
@@ -36,13 +36,18 @@ SLOW = "slow"  # a payload flag: the take loop holds this task past its lease, o
 
 
 def _queue_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {
+    options: dict[str, Any] = {
         "prefix": args.prefix,
         "visibility_timeout": args.visibility_timeout,
         "max_attempts": 50,  # the soak looks for loss, not for dead letters from faults
         "retry_backoff": Backoff(base=0.2, max=2.0),  # a lapsed lease comes back soon
         "reconnect_timeout": args.reconnect_timeout,
     }
+    if args.fetch_replicas:  # consumers: no task handed out on a lease only the master has
+        options["durability"] = Durability(
+            replicas=args.fetch_replicas, timeout=2.0, after_fetch=True
+        )
+    return options
 
 
 class Stop:
@@ -236,7 +241,7 @@ def consume_iter(args: argparse.Namespace, rec: Recorder, stop: Stop) -> None:
                     rec.info("handled", id=task.id, token=task.lease_token)
                     if stop:
                         break
-        except (RedisUnavailable, LeaseLost, OSError):
+        except (DelayqError, OSError):  # an outage, a refused write (maxmemory): back off
             stop.event.wait(0.2)
     queue.close()
 
@@ -330,6 +335,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--slow-fraction", type=float, default=0.01)
     parser.add_argument("--replicas", type=int, default=0, help="Durability(replicas=N) offers")
     parser.add_argument("--durable-fraction", type=float, default=0.5)
+    parser.add_argument("--fetch-replicas", type=int, default=0,
+                        help="consumers: Durability(replicas=N, after_fetch=True)")  # fmt: skip
     parser.add_argument("--durable-all", action="store_true", help="appendfsync always")
     parser.add_argument("--dsn", default="")
     parser.add_argument("--table", default="delayq_outbox")

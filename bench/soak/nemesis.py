@@ -355,15 +355,22 @@ class Nemesis:
         old, slot = self._shard_master(draw) if cluster else (group.master(), None)
         name = self._window(fault, "redis", node=old.port)
         old.kill()
-        if cluster:
-            group.wait_for_new_master(old, 60, slot=slot)
-        else:
-            group.wait_for_new_master(old, 60)
-        self._hold(length)
-        group.restart(old, 30)
+        try:
+            self._promoted_and_held(old, slot, length)
+        finally:  # a failover that did not come still leaves the node running again
+            group.restart(old, 30)
         if cluster:
             group.wait_healthy(60)
         self._end(name, fault, "redis")
+
+    def _promoted_and_held(self, old: Any, slot: int | None, length: float) -> None:
+        """Until a replica replaced ``old`` (of ``slot``'s shard on the cluster), then the
+        fault's length."""
+        if slot is not None:
+            self.h.group.wait_for_new_master(old, 60, slot=slot)
+        else:
+            self.h.group.wait_for_new_master(old, 60)
+        self._hold(length)
 
     def _master_stop(self, fault: str, length: float, draw: float) -> None:
         """SIGSTOP of a master long enough for a failover, then SIGCONT: it wakes up
@@ -373,11 +380,7 @@ class Nemesis:
         name = self._window(fault, "redis", node=old.port)
         old.pause()
         try:
-            if cluster:
-                group.wait_for_new_master(old, 60, slot=slot)
-            else:
-                group.wait_for_new_master(old, 60)
-            self._hold(length)
+            self._promoted_and_held(old, slot, length)
         finally:
             old.resume()
         if cluster:

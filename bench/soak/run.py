@@ -24,6 +24,7 @@ from typing import Any
 import redis
 
 from delayq import DelayQueue
+from delayq.exceptions import DelayqError
 
 from . import checker, history
 from .servers import Server
@@ -55,6 +56,7 @@ class Config:
     topology: str = "standalone"  # "sentinel": a master, 2 replicas, 3 sentinels; "cluster"
     shards: int = 4  # the queue's sub-queues on the cluster topology
     min_replicas: int = 0  # min-replicas-to-write of the split-brain Sentinel group
+    durable_leases: int = 0  # consumers' fetches wait for this many replicas (after_fetch)
 
 
 class Proc:
@@ -229,24 +231,31 @@ class Harness:
             extra = ["--rate", str(c.rate), "--slow-fraction", str(c.slow_fraction)]
             if c.fsync == "always":
                 extra.append("--durable-all")
-            if self.group is not None:
-                extra += ["--replicas", "1"]  # half the offers with Durability(replicas=1)
+            if self.group is not None:  # half the offers durable: every replica the leases need
+                extra += ["--replicas", str(max(1, c.durable_leases))]
             self._add(f"producer-{k}", "producer", [*common, *extra, "--seed", str(c.seed + k)])
         if c.topology == "sentinel" and c.network:
             # A producer beside the master, in its namespace, on a plain URL: cut off with it.
             inside = [*self.group.net.exec_prefix, *common, "--rate", str(c.rate / 2),
-                      "--replicas", "1", "--seed", str(c.seed + 50)]  # fmt: skip
+                      "--replicas", str(max(1, c.durable_leases)),
+                      "--seed", str(c.seed + 50)]  # fmt: skip
             inside[inside.index("--url") + 1] = self.group.inside_url
             self._add("producer-inside", "producer", inside)
+        leases = []
+        if c.durable_leases and self.group is not None:
+            leases = ["--fetch-replicas", str(c.durable_leases)]
         for k, role in enumerate(c.consumers):
-            self._add(f"{role}-{k}", role, [*common, "--seed", str(c.seed * 100 + k)])
+            self._add(f"{role}-{k}", role, [*common, *leases, "--seed", str(c.seed * 100 + k)])
         if self.pg_dsn:
             ox = ["--dsn", self.pg_dsn, "--rate", "4"]
             self._add("outbox-producer-0", "outbox-producer", [*common, *ox])
+            relay_waits = []
+            if self.group is not None:  # the relay deletes rows once the replicas have them
+                relay_waits = ["--wait-replicas", str(max(1, c.durable_leases))]
             self._add("relay-0", "relay", [
                 sys.executable, "-m", "delayq.cli", "relay", "--dsn", self.pg_dsn,
                 "--redis", url, "--sweep-interval", "1", "--log-level", "WARNING",
-                "--history", str(self.hist_dir),
+                *relay_waits, "--history", str(self.hist_dir),
             ])  # fmt: skip
         for p in self.procs:
             p.start()
@@ -377,6 +386,7 @@ class Harness:
         for p in self.procs:
             if p.role in ("producer", "outbox-producer"):
                 p.terminate()
+        self._mend_topology()
         for p in self.procs:  # whatever the nemesis left stopped or dead, back to work
             p.signal(signal.SIGCONT)
             if not p.alive() and p.role not in ("producer", "outbox-producer"):
@@ -396,6 +406,26 @@ class Harness:
             if p.role not in ("producer", "outbox-producer"):
                 p.terminate()
 
+    def _mend_topology(self) -> None:
+        """Every data node running and awake, and the topology settled, before the drain and
+        the survey: a fault that failed half way (logged as a nemesis-error) may have left a
+        node stopped, and the survey reads every shard."""
+        group = self.group
+        if group is None or not hasattr(group, "restart"):  # the split-brain group heals itself
+            return
+        try:
+            for node in group.nodes:
+                if not node.running:
+                    group.restart(node, 30)
+                else:
+                    node.resume()
+            if self.config.topology == "cluster":
+                group.wait_healthy(120)
+            elif hasattr(group, "wait_settled"):
+                group.wait_settled(60)
+        except Exception as exc:  # the survey says what it could not read
+            self.rec.info("mend-error", error=repr(exc)[:300])
+
     def _queue(self) -> DelayQueue:
         return DelayQueue(self.queue, self.url, prefix=self.prefix)
 
@@ -409,13 +439,26 @@ class Harness:
                 ids.update(e.value.get("ids", []))
         states: dict[str, str] = {}
         queue = self._queue()
+        patience = time.monotonic() + 120  # for the whole survey, through a topology settling
         try:
             for task_id in sorted(ids):
-                info = queue.get(task_id)
-                states[task_id] = "gone" if info is None else str(info.state)
+                states[task_id] = self._state_of(queue, task_id, patience)
         finally:
             queue.close()
         self.rec.info("final", states=states)
+
+    @staticmethod
+    def _state_of(queue: DelayQueue, task_id: str, patience: float) -> str:
+        """The task's state, retried through Redis errors until ``patience`` (monotonic)
+        runs out; then ``unreadable`` (the checker reports it as stuck, never as settled)."""
+        while True:
+            try:
+                info = queue.get(task_id)
+                return "gone" if info is None else str(info.state)
+            except DelayqError:
+                if time.monotonic() > patience:
+                    return "unreadable"
+                time.sleep(0.5)
 
     # -- PostgreSQL ---------------------------------------------------------------------------
 

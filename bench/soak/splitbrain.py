@@ -50,8 +50,11 @@ class SplitGroup:
         self.net = Network.create()
         replication = ["--repl-diskless-sync-delay", "0", "--enable-debug-command", "yes"]
         if min_replicas:
+            # A lag of 2 s: replicas ack every second; a demoted master whose replicas moved
+            # to the new one refuses writes (NOREPLICAS) 2 s after, not 5 (the window in
+            # which its leases and offers are confirmed by a replica about to leave it).
             replication += ["--min-replicas-to-write", str(min_replicas),
-                            "--min-replicas-max-lag", "5"]  # fmt: skip
+                            "--min-replicas-max-lag", "2"]  # fmt: skip
         self.master0 = Server(
             fsync=fsync, host=self.net.inner, prefix=self.net.exec_prefix, extra=replication
         )

@@ -6,6 +6,7 @@ from ._async.connection import AsyncConnection, aconnect
 from ._async.queue import AsyncDelayQueue, AsyncTask
 from ._core.durability import Durability
 from ._core.handling import RateLimited, Reject, Retry, WorkerHealth
+from ._core.history import HistoryEvent, HistoryKind, HistorySettings
 from ._core.limits import Limit, LimitInfo, PauseInfo
 from ._core.models import (
     Backoff,
@@ -65,6 +66,9 @@ __all__ = [
     "DelayqError",
     "Durability",
     "EncodeError",
+    "HistoryEvent",
+    "HistoryKind",
+    "HistorySettings",
     "Hooks",
     "InvalidDelay",
     "InvalidTaskError",

@@ -29,8 +29,8 @@ from delayq.cli import main
 from delayq.embedded import EmbeddedRedis, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ["offer", "stats", "queues", "inspect", "get", "cancel", "reschedule", "dead",
-            "requeue", "purge", "demo", "worker"]  # fmt: skip
+COMMANDS = ["offer", "stats", "queues", "inspect", "get", "history", "cancel", "reschedule",
+            "dead", "requeue", "purge", "demo", "worker"]  # fmt: skip
 
 
 def cli_env(**extra: str) -> dict[str, str]:

@@ -64,3 +64,68 @@ def test_schedules_commands(redis7_server: EmbeddedRedis, prefix: str) -> None:
     assert missing.returncode == 1 and "no schedule 'check'" in missing.stderr
     bad = cli(redis7_server, prefix, "backfill", "reports", "nightly", "--start", "x", "--end", "y")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_show_and_list_read_msgpack_and_pickle_queues(
+    redis7_server: EmbeddedRedis, prefix: str
+) -> None:
+    """The CLI reads with the JSON codec, as its other views do: a msgpack payload decodes
+    (its envelope says so), a pickled one shows as invalid (the CLI never unpickles), and
+    neither stops the listing."""
+    with DelayQueue("mp", redis7_server.url, prefix=prefix, codec="msgpack") as q:
+        q.schedules.upsert("raw", {"blob": b"\x00\xff", "n": 1}, every=60)
+    with DelayQueue("pk", redis7_server.url, prefix=prefix, codec="pickle") as q:
+        q.schedules.upsert("set", {1, 2}, every=60)
+        q.schedules.upsert("cron", "c", cron="0 9 * * *", tz="Europe/Berlin")
+    shown = as_json(redis7_server, prefix, "show", "mp", "raw")
+    assert shown["payload"] == {"blob": {"base64": "AP8="}, "n": 1}
+    assert shown["payload_error"] is None
+    assert '"n": 1' in ok(redis7_server, prefix, "show", "mp", "raw")
+    listed = as_json(redis7_server, prefix, "list", "pk")
+    assert [s["name"] for s in listed] == ["cron", "set"]
+    bad = next(s for s in listed if s["name"] == "set")
+    assert bad["payload"] is None and "pickled" in bad["payload_error"]
+    text = ok(redis7_server, prefix, "show", "pk", "set")
+    assert "invalid: task is pickled" in " ".join(text.split()), text
+    assert "Traceback" not in text
+    assert "cron" in ok(redis7_server, prefix, "list", "pk")
+
+
+def test_show_names_the_tzdata_of_the_cron_times(redis7_server: EmbeddedRedis, prefix: str) -> None:
+    from delayq._core.tzsource import tz_source
+
+    with DelayQueue("reports", redis7_server.url, prefix=prefix) as q:
+        q.schedules.upsert("nightly", "n", cron="30 2 * * *", tz="America/New_York")
+        q.schedules.upsert("beat", "b", every=60)
+    mine = tz_source("America/New_York")
+    shown = as_json(redis7_server, prefix, "show", "reports", "nightly")
+    assert (shown["tzdata"], shown["tzdata_source"]) == (mine.version, mine.source)
+    text = " ".join(ok(redis7_server, prefix, "show", "reports", "nightly").split())
+    assert f"tzdata {mine.version} ({mine.source})" in text, text
+    assert as_json(redis7_server, prefix, "show", "reports", "beat")["tzdata"] is None
+
+
+def test_reshard_command_carries_schedules(redis7_server: EmbeddedRedis, prefix: str) -> None:
+    with DelayQueue("reports", redis7_server.url, prefix=prefix) as q:
+        q.schedules.upsert("nightly", "n", cron="30 2 * * *", tz="America/New_York")
+        q.schedules.upsert("beat", "b", every=3600)
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    base = ["--redis", redis7_server.url, "--prefix", prefix]
+    started = subprocess.run(
+        [sys.executable, "-m", "delayq.cli", "reshard", "reports", "--shards", "3", *base],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert started.returncode == 0, started
+    assert "reports: 2 schedule(s) carried to the new layout" in started.stdout
+    listed = as_json(redis7_server, prefix, "list", "reports")
+    assert [(s["name"], s["version"]) for s in listed] == [("beat", 1), ("nightly", 1)]
+    finished = subprocess.run(
+        [sys.executable, "-m", "delayq.cli", "reshard", "reports", "--finish", "--grace", "0",
+         *base],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished
+    assert [s["name"] for s in as_json(redis7_server, prefix, "list", "reports")] == [
+        "beat",
+        "nightly",
+    ]

@@ -1385,6 +1385,7 @@ async def test_every_operation_survives_a_script_flush(queue, client) -> None:
         results[name] = await call()
         return results[name]
 
+    assert (await run("enable_history", lambda: q.enable_history(60))).max_events == 50
     a = await run("offer", lambda: q.offer("a"))
     ids = await run("offer_many", lambda: q.offer_many([("b", 60), ("c", 60)]))
     assert (await run("get", lambda: q.get(a))).payload == "a"
@@ -1411,6 +1412,10 @@ async def test_every_operation_survives_a_script_flush(queue, client) -> None:
     two = await q.poll(timeout=5)
     assert await run("ack_many", lambda: q.ack_many([two])) == [True]
     assert (await q.stats()).total == 0
+    assert [e.kind for e in await run("history", lambda: q.history(a))][-1] == "acked"
+    assert (await run("get ended", lambda: q.get(a))).state == "done"
+    assert await run("history_settings", lambda: q.history_settings()) is not None
+    assert await run("disable_history", lambda: q.disable_history()) is True
 
 
 async def test_at_most_once_undecodable_survives_a_script_flush(queue, client) -> None:

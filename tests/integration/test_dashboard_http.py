@@ -183,6 +183,31 @@ async def test_task_detail_shows_everything_and_escapes_payloads(queues: Any, da
     assert (await client.get("/q/xss/task?id=nope")).status_code == 404
 
 
+async def test_task_page_shows_its_history_and_its_end(queues: Any, dash: Any) -> None:
+    q = queues("hist", history=60, max_attempts=5)
+    task_id = await q.offer({"order": 42}, delay=0)
+    task = await q.poll(1)
+    assert task is not None
+    await q.retry(task, delay=0, error=f"ValueError: {XSS}")
+    client, _ = dash()
+    live = (await client.get(f"/q/hist/task?id={task_id}")).text
+    assert 'id="history"' in live and 'data-kind="retried"' in live
+    assert "<script>alert" not in live and "ValueError: &lt;script&gt;" in live
+    assert re.findall(r'data-kind="([\w-]+)"', live) == ["offered", "delivered", "retried"]
+    task = await q.poll(1)
+    assert task is not None
+    await task.ack()
+    ended = (await client.get(f"/q/hist/task?id={task_id}")).text
+    assert 'badge state-done">done<' in ended and 'data-field="ended_at"' in ended
+    assert "acked" in ended and "payload went with it" in ended
+    assert re.findall(r'data-kind="([\w-]+)"', ended)[-2:] == ["delivered", "acked"]
+    assert "confirm?action=" not in ended  # nothing left to act on
+    plain = queues("plain")
+    await plain.offer("x", delay=0)
+    page = (await client.get(f"/q/plain/task?id={await plain.offer('y', delay=60)}")).text
+    assert 'id="history"' not in page  # a queue without histories shows none
+
+
 async def test_actions_need_the_csrf_token(queues: Any, dash: Any) -> None:
     q = queues("orders")
     task_id = await q.offer({"x": 1}, delay=600)

@@ -3,6 +3,7 @@ database and a private Redis, through its real views, migrations and management 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -24,7 +25,9 @@ from delayq import DelayQueue, EncodeError, TaskState  # noqa: E402
 from delayq._sync.reshard import reshard  # noqa: E402
 from delayq.embedded import EmbeddedRedis, free_port  # noqa: E402
 from delayq.outbox import Relay  # noqa: E402
+from tests.conftest import BINARIES  # noqa: E402
 from tests.helpers import wait_until  # noqa: E402
+from tests.topology import Node  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[1] / "django_project"
 ADMIN_DSN = os.environ.get("PG_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -313,7 +316,7 @@ def test_worker_command_on_sigterm_finishes_running_handlers_and_hands_back_the_
 def test_relay_command_moves_committed_offers(
     project: dict[str, str], client: Any, queue: DelayQueue
 ) -> None:
-    proc = manage(project, "delayq_relay", "--sweep-interval", "1")
+    proc = manage(project, "delayq_relay", "--sweep-interval", "1", "--batch-bytes", "64KiB")
     try:
         placed = client.post("/orders/?delay=30").json()
         info = wait_until(lambda: queue.get(placed["close_task_id"]), timeout=20)
@@ -322,6 +325,88 @@ def test_relay_command_moves_committed_offers(
         out = stop(proc)
     assert "delayq relay stopped" in out
     queue.cancel(placed["close_task_id"])
+
+
+@pytest.fixture
+def replicated() -> Iterator[tuple[Node, Node]]:
+    """A master and its replica, the replica in sync."""
+    binary = BINARIES[0][1]
+    master = Node(binary).start()
+    replica = Node(binary, extra_args=["--replicaof", "127.0.0.1", str(master.port)]).start()
+    try:
+        wait_until(lambda: replica.info("replication")["master_link_status"] == "up", 15)
+        yield master, replica
+    finally:
+        with contextlib.suppress(RuntimeError):
+            replica.resume()
+        replica.stop()
+        master.stop()
+
+
+def test_relay_command_waits_for_the_replica_that_the_queue_options_ask_for(
+    project: dict[str, str], replicated: tuple[Node, Node], tmp_path: Path
+) -> None:
+    """OPTIONS["durability"] through manage.py delayq_relay: a row is deleted once the
+    replica has its task; with the replica frozen the rows stay, the relay logs NotDurable and
+    retries (each retry refused by the receipts, so tasks acked meanwhile are not created
+    again), and once the replica is back the rows go. One delivery each."""
+    from django.db import transaction
+
+    from delayq.contrib import django as delayq_django
+
+    master, replica = replicated
+    env = {**project, "REDIS_URL": master.url, "DELAYQ_TEST_DURABILITY_S": "0.5"}
+    queue = DelayQueue("orders", master.url, prefix=project["DELAYQ_PREFIX"])
+    log_path = tmp_path / "relay.log"
+    with open(log_path, "w") as log:  # a file, not a pipe: retries must never block on it
+        proc = subprocess.Popen(
+            [sys.executable, str(PROJECT / "manage.py"), "delayq_relay", "--sweep-interval", "1"],
+            env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+    try:
+        # (a) The replica answers: the row goes once the replica has the task.
+        with transaction.atomic():
+            first = delayq_django.offer("orders", {"order_id": 1}, delay=60)
+        wait_until(lambda: outbox_rows(first) == 0, timeout=30)
+        with replica.client() as on_replica:
+            assert on_replica.hexists(queue.keys.key("tasks"), first)  # no wait: it was there
+        with master.client() as on_master:
+            assert on_master.info("commandstats")["cmdstat_wait"]["calls"] >= 1
+
+        # (b) The replica frozen: the tasks reach the master, the rows stay.
+        replica.pause()
+        with transaction.atomic():
+            ids = [delayq_django.offer("orders", {"order_id": n}, delay=0) for n in range(3)]
+        wait_until(lambda: all(queue.get(task_id) is not None for task_id in ids), timeout=20)
+        delivered = []
+        while len(delivered) < 3:  # a consumer takes them meanwhile, as it would
+            task = queue.poll(timeout=5)
+            assert task is not None
+            delivered.append(task.id)
+            task.ack()
+        # Two more tries, each refused by the receipts (counted as it starts, before its WAIT):
+        # the first of them also fell short, or the second would not have come.
+        refused = queue.stats().counters.get("applied_before", 0)
+        wait_until(
+            lambda: queue.stats().counters.get("applied_before", 0) >= refused + 6, timeout=20
+        )
+        assert [outbox_rows(task_id) for task_id in ids] == [1, 1, 1]
+
+        # The replica back: the next try is confirmed and the rows go.
+        replica.resume()
+        wait_until(lambda: all(outbox_rows(task_id) == 0 for task_id in ids), timeout=30)
+        assert sorted(delivered) == sorted(ids)
+        assert queue.poll(timeout=0.5) is None  # none of them created again
+        assert queue.stats().counters["offered"] == 4
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        queue.close()
+    out = log_path.read_text()
+    assert proc.returncode == 0, out
+    assert "outbox relay: Redis: NotDurable: queue 'orders': 3 task(s) written but not" in out
+    retries = re.search(r"recovered after (\d+) failed attempt\(s\)", out)
+    assert retries is not None and int(retries.group(1)) >= 2, out
 
 
 def test_worker_command_without_a_handler_is_a_clear_error(project: dict[str, str]) -> None:
@@ -349,6 +434,23 @@ def test_relay_command_refuses_a_sweep_interval_that_never_wakes(
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode != 0
     assert "sweep_interval must be a number of seconds" in out
+    assert "Traceback" not in out
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("4MB", "not a size for --batch-bytes: '4MB' (bytes, or a number with KiB, MiB or GiB"),
+        ("0", "batch_bytes must be an int from 1 to 1073741824 (1 GiB), got 0"),
+    ],
+)
+def test_relay_command_refuses_a_batch_bytes_that_cannot_work(
+    project: dict[str, str], value: str, message: str
+) -> None:
+    proc = manage(project, "delayq_relay", "--batch-bytes", value)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    assert message in out
     assert "Traceback" not in out
 
 

@@ -188,3 +188,96 @@ def test_aof_durability_on_a_server_with_waitaof(prefix: str) -> None:
                 assert q.get(task_id) is not None
         finally:
             replica.stop()
+
+
+def test_after_fetch_a_lease_is_on_the_replica_before_the_task_is_handed_out(
+    pair: tuple[EmbeddedRedis, EmbeddedRedis], prefix: str
+) -> None:
+    master, replica = pair
+    durable = Durability(replicas=1, timeout=2.0, after_fetch=True)
+    with DelayQueue("fetch-durable", master.url, prefix=prefix, durability=durable) as q:
+        q.offer_many([(n, 0) for n in range(3)])
+        tasks = q.poll_many(3, timeout=5)
+        assert len(tasks) == 3
+        on_replica = redis.Redis(port=replica.port)
+        try:  # WAIT returned before poll did: a failover now keeps these leases
+            leases = on_replica.hmget(q.keys.key("leases"), [t.id for t in tasks])
+            assert [lease.decode() for lease in leases] == [t.lease_token for t in tasks]
+        finally:
+            on_replica.close()
+        q.ack_many(tasks)
+
+
+def test_after_fetch_an_unconfirmed_lease_is_handed_back_unstarted(
+    pair: tuple[EmbeddedRedis, EmbeddedRedis], prefix: str
+) -> None:
+    master, replica = pair
+    durable = Durability(replicas=1, timeout=0.3, after_fetch=True)
+    with DelayQueue("fetch-stall", master.url, prefix=prefix, durability=durable) as q:
+        task_id = q.offer("close order 7", delay=0)
+        assert replica._proc is not None
+        os.kill(replica._proc.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(NotDurable, match="handed back") as caught:
+                q.poll(timeout=5)
+            assert caught.value.task_ids == [task_id]
+            info = q.get(task_id)
+            assert info is not None and info.state == "ready" and info.attempts == 0
+        finally:
+            os.kill(replica._proc.pid, signal.SIGCONT)
+        task = q.poll(timeout=5)  # confirmed now: handed out, its first attempt
+        assert task is not None and task.id == task_id and task.attempts == 1
+        task.ack()
+
+
+def test_after_fetch_with_warn_hands_out_and_logs(
+    pair: tuple[EmbeddedRedis, EmbeddedRedis], prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    master, replica = pair
+    durable = Durability(replicas=1, timeout=0.3, after_fetch=True, on_shortfall="warn")
+    with DelayQueue("fetch-warn", master.url, prefix=prefix, durability=durable) as q:
+        q.offer("x", delay=0)
+        assert replica._proc is not None
+        os.kill(replica._proc.pid, signal.SIGSTOP)
+        try:
+            with caplog.at_level(logging.WARNING, logger="delayq"):
+                task = q.poll(timeout=5)
+        finally:
+            os.kill(replica._proc.pid, signal.SIGCONT)
+        assert task is not None
+        assert "not confirmed" in caplog.text and "handed out anyway" in caplog.text
+        task.ack()
+
+
+def test_a_worker_keeps_fetching_through_a_stalled_replica(
+    pair: tuple[EmbeddedRedis, EmbeddedRedis], prefix: str
+) -> None:
+    import threading
+
+    from delayq import Worker
+
+    master, replica = pair
+    durable = Durability(replicas=1, timeout=0.2, after_fetch=True)
+    done: list[str] = []
+    with DelayQueue("fetch-worker", master.url, prefix=prefix, durability=durable) as q:
+        q.offer("a", delay=0)  # confirmed: the replica runs
+        assert replica._proc is not None
+        os.kill(replica._proc.pid, signal.SIGSTOP)
+        stopped = True
+        worker = Worker(q, lambda task: done.append(task.payload), concurrency=2)
+        thread = threading.Thread(target=worker.run)
+        try:
+            thread.start()
+            wait_until(lambda: q.stats().counters.get("delivered", 0) >= 2, timeout=15)
+            assert done == []  # fetched and handed back, never run unconfirmed
+            os.kill(replica._proc.pid, signal.SIGCONT)
+            stopped = False
+            wait_until(lambda: done == ["a"], timeout=20)
+        finally:
+            if stopped:
+                os.kill(replica._proc.pid, signal.SIGCONT)
+            worker.stop()
+            if thread.is_alive():
+                thread.join(10)
+        info = q.stats()
+        assert info.total == 0

@@ -340,10 +340,12 @@ def test_the_exporter_reports_pause_and_limits(make_queue, redis_url: str) -> No
     assert 'delayq_limit_waiting{queue="m",key="t"} 2' in text
     assert 'delayq_limit_running{queue="m",key="_all"} 2' in text
     assert 'delayq_limit_running{queue="m",key="odd \\"key\\"\\n"} 1' in text
-    assert 'delayq_limit_throttled_total{queue="m",reason="concurrency"} 2' in text
-    assert 'delayq_limit_throttled_total{queue="m",reason="rate"} 0' in text
+    assert 'delayq_limit_throttled_total{queue="m",key="_all",reason="concurrency"} 2' in text
+    assert 'delayq_limit_throttled_total{queue="m",key="t",reason="concurrency"} 2' in text
+    assert 'delayq_limit_throttled_total{queue="m",key="_all",reason="rate"} 0' in text
     stats = q.stats()
     assert stats.limit_waiting == {"": 2, "t": 2} and stats.limit_running["t"] == 1
+    assert stats.limit_throttled == {"concurrency": {"t": 2}}
 
 
 def test_flow_control_survives_a_script_flush(make_queue, client: redis.Redis) -> None:

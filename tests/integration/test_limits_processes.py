@@ -144,7 +144,7 @@ def test_a_sigkilled_workers_slots_come_back_after_its_lease(
         assert sorted(r["payload"] for r in records) == list(range(5))
         # the lease (1.5 s), a new process's start and the retry's backoff: generous, for a
         # loaded machine; what matters is that the slots come back at all, with no lock TTL
-        assert took < 30, f"the slots came back {took:.1f}s after the kill"
+        assert took < 55, f"the slots came back {took:.1f}s after the kill"
         assert max(r["attempts"] for r in records) == 2  # the two killed ones, once more
         wait_until(lambda: q.limits.get("shop").running == 0, timeout=5)
     client.close()

@@ -80,6 +80,38 @@ def test_a_shortfall_keeps_the_rows_until_the_replica_confirms(
         orders.close()
 
 
+def test_the_relay_command_waits_for_replicas_and_keeps_the_rows_on_a_shortfall(
+    outbox: Outbox, pg_dsn: str, table: str, prefix: str, pair: tuple[EmbeddedRedis, EmbeddedRedis]
+) -> None:
+    """Before: `delayq relay` had no durability option, so relayed tasks only the master had
+    were lost in a failover (the soak's outbox anomalies)."""
+    master, replica = pair
+    assert replica._proc is not None
+    os.kill(replica._proc.pid, signal.SIGSTOP)
+    ids = offer_committed(outbox, pg_dsn, 3)
+    args = ["relay", "--once", "--dsn", pg_dsn, "--redis", master.url, "--table", table]
+    waiting = [*args, "--wait-replicas", "1", "--wait-timeout", "0.3"]
+    short = delayq(*waiting)
+    assert short.returncode != 0
+    assert "written but not confirmed within 0.3 s: 0 of 1 replicas" in short.stderr
+    assert pending(pg_dsn, table) == 3  # written to the master, not confirmed: kept
+    os.kill(replica._proc.pid, signal.SIGCONT)
+    with redis.Redis(port=replica.port) as client:
+        wait_until(lambda: client.info("replication").get("master_link_status") == "up", 15)
+    done = delayq(*waiting)
+    assert done.returncode == 0, done.stderr
+    assert "relayed 3 rows" in done.stdout
+    assert pending(pg_dsn, table) == 0
+    orders = DelayQueue("orders", master.url, prefix=prefix)
+    try:
+        assert live_ids(orders, master.url) == set(ids)
+        assert orders.stats().counters["offered"] == 3  # created once: the retry was refused
+    finally:
+        orders.close()
+    bad = delayq(*args, "--wait-replicas", "-1")
+    assert bad.returncode == 2 and "--wait-replicas" in bad.stderr
+
+
 def test_a_relay_without_durability_does_not_wait(
     outbox: Outbox, pg_dsn: str, table: str, pair: tuple[EmbeddedRedis, EmbeddedRedis]
 ) -> None:

@@ -501,7 +501,9 @@ def test_both_member_formats_in_one_queue_migrate_together(
 ) -> None:  # fmt: skip
     """A queue offered to by Redisson before and after 3.21.1: its own timer fails on the
     old members for ever (#5595); the migration moves both."""
-    RedissonClient(client, name, MemberFormat.LEGACY).offer(b"old", 0)
+    # The old member is due first, as it would be after an upgrade: offered in one millisecond,
+    # the two sort by their random bytes, and the timer may move "new" before it fails.
+    RedissonClient(client, name, MemberFormat.LEGACY).offer(b"old", -1000)
     current = RedissonClient(client, name)
     current.offer(b"new", 0)
     with pytest.raises(redis.ResponseError, match="unpack"):

@@ -43,3 +43,24 @@ async def test_schedules_page_lists_each_schedule(
             none = await client.get("/q/empty/schedules")
             assert none.status_code == 200 and "no recurring schedules" in none.text
             assert (await client.get("/q/missing/schedules")).status_code == 404
+
+
+async def test_schedules_page_shows_payloads_and_marks_undecodable_ones(
+    redis7_server: EmbeddedRedis, prefix: str, client: httpx.AsyncClient
+) -> None:
+    """The page reads with the JSON codec: a msgpack payload shows, a pickled one is marked
+    invalid (the dashboard never unpickles), and the page still answers."""
+    url = redis7_server.url
+    async with AsyncDelayQueue("mp", url, prefix=prefix, codec="msgpack") as packed:
+        await packed.schedules.upsert("raw", {"n": 7, "blob": b"\x00"}, every=60)
+        await packed.schedules.upsert("text", "<b>plain</b>", every=60)
+    async with AsyncDelayQueue("pk", url, prefix=prefix, codec="pickle") as pickled:
+        await pickled.schedules.upsert("set", {1, 2}, every=60)
+    shown = await client.get("/q/mp/schedules")
+    assert shown.status_code == 200
+    payload = re.search(r'<td data-field="payload"><code>([^<]*)</code>', shown.text)
+    assert payload is not None and "&#34;n&#34;: 7" in payload.group(1), shown.text
+    assert "&lt;b&gt;plain&lt;/b&gt;" in shown.text, "payloads are escaped"
+    marked = await client.get("/q/pk/schedules")
+    assert marked.status_code == 200
+    assert re.search(r'<span class="invalid" title="[^"]*pickled[^"]*">invalid: ', marked.text)

@@ -237,6 +237,20 @@ def test_overlap_buffer_one_keeps_the_newest_and_runs_it_after(make_queue: Make)
     assert held.lateness_ms < 1000, "released by the ack, at once"
 
 
+def test_a_held_fire_released_before_its_time_waits_for_it(make_queue: Make) -> None:
+    """A fire is made up to 1 s ahead of its time; held then by the overlap policy and
+    released by an ack before its time, it is due at its time, not at the ack."""
+    q = make_queue()
+    q.schedules.upsert("ahead", "a", every=2, overlap="buffer_one")
+    (running,) = take_fires(q, 1, ack=False)
+    wait_until(nudged(q, lambda: (q.schedules.get("ahead") or _never()).fired >= 2), timeout=10)
+    running.ack()  # within the second before the held fire's time
+    (held,) = take_fires(q, 1, timeout=5, ack=False)
+    assert fire_ms(held) == fire_ms(running) + 2000
+    assert held.delivered_ms >= fire_ms(held), "never early"
+    held.ack()
+
+
 def test_overlap_buffer_all_runs_each_in_turn(make_queue: Make, client: redis.Redis) -> None:
     q = make_queue()
     q.schedules.upsert("all", "a", every=1, overlap="buffer_all")

@@ -96,6 +96,15 @@ def test_a_handler_span_is_linked_to_the_offer_and_records_errors(
     )
     run_worker(q, 5, fail=frozenset({13}))
 
+    # Each offer inside the request's span is a PRODUCER span under it, the context its
+    # tasks keep; an offer outside any span starts none.
+    sends = consumer_spans("send orders")
+    assert [s.attributes["messaging.batch.message_count"] for s in sends] == [1, 1, 2]
+    assert all(s.kind is SpanKind.PRODUCER for s in sends)
+    assert all(s.parent.span_id == request.get_span_context().span_id for s in sends)
+    send_of = dict(zip((ok_id, bad_id), sends[:2], strict=True))
+    send_of.update(dict.fromkeys(bulk_ids, sends[2]))
+
     spans = {s.attributes["messaging.message.id"]: s for s in consumer_spans("process orders")}
     assert set(spans) == {ok_id, bad_id, *bulk_ids, untraced}
     for task_id in (ok_id, bad_id, *bulk_ids):
@@ -103,7 +112,7 @@ def test_a_handler_span_is_linked_to_the_offer_and_records_errors(
         assert span.kind is SpanKind.CONSUMER
         (link,) = span.links
         assert link.context.trace_id == request.get_span_context().trace_id
-        assert link.context.span_id == request.get_span_context().span_id
+        assert link.context.span_id == send_of[task_id].context.span_id
     ok = spans[ok_id]
     assert ok.status.status_code is StatusCode.UNSET
     assert ok.attributes["messaging.system"] == "delayq"
@@ -168,10 +177,11 @@ def test_across_processes_the_queue_and_the_outbox_carry_the_context(
     spans = {s.attributes["messaging.message.id"]: s for s in consumer_spans("process orders")}
     for task_id in (sent["direct"], sent["relayed"]):
         (link,) = spans[task_id].links
-        assert (link.context.trace_id, link.context.span_id) == (
-            sent["trace_id"],
-            sent["span_id"],
-        )
+        assert link.context.trace_id == sent["trace_id"]
+    # The outbox row keeps the request's own span; the direct offer its PRODUCER span, a
+    # child of the request (checked span by span in the test above).
+    assert spans[sent["relayed"]].links[0].context.span_id == sent["span_id"]
+    assert spans[sent["direct"]].links[0].context.span_id != sent["span_id"]
 
 
 class Receiver:
@@ -250,6 +260,9 @@ def test_end_to_end_through_the_otlp_http_exporter(
     assert span.kind == span.SPAN_KIND_CONSUMER
     (link,) = span.links
     assert link.trace_id == request.get_span_context().trace_id.to_bytes(16, "big")
-    assert link.span_id == request.get_span_context().span_id.to_bytes(8, "big")
+    (send,) = [
+        s for s in consumer_spans("send otlp") if s.parent.span_id == request.context.span_id
+    ]
+    assert link.span_id == send.context.span_id.to_bytes(8, "big")  # the offer's PRODUCER span
     assert span.status.code == span.status.STATUS_CODE_ERROR
     assert any(e.name == "exception" for e in span.events)

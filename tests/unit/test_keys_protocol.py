@@ -354,7 +354,9 @@ def test_nack_args_truncate_long_errors() -> None:
     args = protocol.nack_args(policy, "id", "tok", "retry", -1, "e" * 10_000)
     assert args[:4] == ["id", "tok", "retry", -1]
     assert args[4] == "e" * 4000
-    assert args[5:] == [5, 1000, 8000, "1.000000"]
+    assert args[5:9] == [5, 1000, 8000, "1.000000"]
+    assert args[9] == ""  # no throttle due time
+    assert args[10] == "e" * 499 + "…"  # the error's gist, for a task history
 
 
 def test_fetch_args() -> None:
@@ -438,5 +440,8 @@ def test_stats_total_and_enums() -> None:
     s = Stats("q", 1, 2, 3, 4, 0, 0.0, None)
     assert s.total == 10
     assert Stats("q", 1, 2, 3, 4, 0, 0.0, None, expired=5).total == 15
-    assert [m.value for m in TaskState] == ["delayed", "ready", "inflight", "expired", "dead"]
+    assert [m.value for m in TaskState] == [
+        *("delayed", "ready", "inflight", "expired", "dead"),
+        *("done", "cancelled"),  # ended, known from a task history
+    ]
     assert DedupMode("keep") is DedupMode.KEEP and DedupMode("replace") is DedupMode.REPLACE

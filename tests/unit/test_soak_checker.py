@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from bench.soak.checker import check, summary
 from bench.soak.history import Event, Recorder, load
 
@@ -25,10 +26,13 @@ class H:
     def info(self, p: str, f: str, t: float, **v: Any) -> None:
         self.events.append(Event(p, "info", f, t, 0, v))
 
-    def clock(self, until: float, step_at: float | None = None, step_ms: int = 0) -> None:
+    def clock(self, until: float, step_at: float | None = None, step_ms: int = 0,
+              step_back_at: float | None = None) -> None:  # fmt: skip
         t = 0.0
         while t <= until:
-            ms = (1_000_000 + t) * 1000 + (step_ms if step_at is not None and t >= step_at else 0)
+            stepped = step_at is not None and t >= step_at
+            stepped = stepped and (step_back_at is None or t < step_back_at)
+            ms = (1_000_000 + t) * 1000 + (step_ms if stepped else 0)
             self.info("harness", "clock", t, server_ms=ms, rtt=0.0002)
             t += 0.1
 
@@ -139,6 +143,24 @@ def test_a_server_clock_step_forward_is_not_an_early_delivery() -> None:
     due = h.offer("producer", "a", 1, 5.0)
     h.deliver("take-1", "a", 3.05, due, server_ms=int((1_000_000 + 63.05) * 1000))
     assert not h.check().unexplained("early")
+
+
+@pytest.mark.parametrize("stepped", [True, False])
+def test_a_worker_task_fetched_before_the_servers_clock_stepped_back_is_judged_by_that_clock(
+    stepped: bool,
+) -> None:
+    """Before: the 2-hour soak's one early delivery. Redis's clock ran 20 s ahead from t=3 to
+    t=6; a worker fetched a task due at 1e6+16 s at t=5.9 (the server read 1e6+25.9) into its
+    buffer, and its handler began at t=7, when the server read 1e6+7: by the clock that
+    fetched it the task was due. Without the step the same delivery is early."""
+    h = H()
+    h.clock(10, step_at=3.0 if stepped else None, step_ms=20_000, step_back_at=6.0)
+    due = h.offer("producer", "a", 1, 15.0)
+    fetched_ms = int((1_000_000 + 5.9 + 20) * 1000)  # what the fetch says: checked, not trusted
+    h.info("worker-1", "deliver", 7.0, id="a", due_ms=due, delivered_ms=fetched_ms,
+           attempts=1, token="w-a-1")  # fmt: skip
+    early = h.check().unexplained("early")
+    assert [a.task for a in early] == ([] if stepped else ["a"])
 
 
 def test_an_ack_that_succeeded_after_the_task_went_to_another_consumer_is_a_double_lease() -> None:
@@ -346,7 +368,6 @@ def test_an_error_that_proves_nothing_was_written_is_a_fail_and_any_other_is_unk
 
 
 def test_the_soak_refuses_a_fault_it_does_not_know_before_starting_anything(capsys) -> None:  # type: ignore[no-untyped-def]
-    import pytest
     from bench.soak.__main__ import main
 
     with pytest.raises(SystemExit) as exit_info:

@@ -36,7 +36,7 @@ def test_no_span_no_context_with_the_api_and_no_sdk() -> None:
     program = PROGRAM.replace('sys.modules["opentelemetry"] = None', "import opentelemetry")
     program = program.replace("tracing.ENABLED is False and ", "tracing.ENABLED and ")
     program = program.replace("assert codec.plain_encoder() == codec._bare\n", "")
-    program = program.replace("    assert span is None\n", "    assert not span.is_recording()\n")
+    # No SDK: no span at all (it would record nothing), as without the API.
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                           timeout=60)  # fmt: skip
     assert done.returncode == 0 and done.stdout.strip() == "off", done

@@ -171,12 +171,29 @@ def test_acks_wait_for_a_batch_while_handlers_run() -> None:
     book = ledger()
     book.fetched(0, tasks(*"abcde"))
     running = [run(book) for _ in range(5)]
-    assert book.done(running[0], now=0.0) is False
+    assert book.done(running[0], now=0.0) is True  # the first: the ack loop starts its clock
     assert book.acks_due(0, now=0.0) == []
     assert book.done(running[1], now=0.001) is False
     assert book.done(running[2], now=0.002) is True  # ack_batch reached
     assert [t.id for t in book.acks_due(0, now=0.002)] == ["a", "b", "c"]
     assert book.next_ack_in(0.002) is None
+
+
+def test_an_ack_pending_behind_a_verdict_still_on_its_way_wakes_the_ack_loop() -> None:
+    """Before: a Retry(0)'s task came back and succeeded while the first attempt's handler
+    still awaited its retry call; that ack was not due (a handler's verdict was pending), so
+    the ack loop, asleep for want of acks, was never woken: the task stayed in flight, its
+    lease kept alive by the heartbeat, until the worker stopped."""
+    book = ledger()
+    book.fetched(0, tasks("a"))
+    first = run(book)
+    book.given_back(0, first.task)  # retried: its handler awaits the retry call
+    book.fetched(0, tasks("a"))  # due again at once, fetched by another handler slot
+    second = run(book)
+    assert book.done(second, now=1.0) is True  # not due, but the loop must set its timer
+    assert book.next_ack_in(1.0) == pytest.approx(0.02)
+    book.ended(first)
+    assert [t.id for t in book.acks_due(0, now=1.0)] == ["a"]  # no handler left: due now
 
 
 def test_acks_go_after_the_delay_or_when_no_handler_runs() -> None:
@@ -230,3 +247,30 @@ def test_default_pace_batches_a_burst() -> None:
     pace = Pace.of(slots=8, prefetch=32)
     assert (pace.capacity, pace.refill, pace.ack_batch) == (40, 16, 16)
     assert Pace.of(slots=4, prefetch=0).refill == 1  # no prefetch: every free slot counts
+
+
+# -- leases that run out in the buffer --------------------------------------------------------
+
+
+def test_a_waiting_task_whose_lease_no_extension_reached_is_dropped_not_run() -> None:
+    """Before: a task waiting in the buffer while Redis refused the heartbeat's extensions
+    (maxmemory) was begun after its lease ran out, when another consumer may have had it:
+    the soak's fencing tokens out of order."""
+    book = ledger()
+    a, b, c = tasks("a", "b", "c")
+    book.fetched(0, [a, b, c], start_by=10.0)
+    book.extended(0, b, start_by=20.0)  # only b's extension got through
+    first = book.take(0, make, now=5.0)
+    assert first is not None and first.task is a  # in time
+    second = book.take(0, make, now=15.0)
+    assert second is not None and second.task is b
+    assert book.take(0, make, now=15.0) is None  # c's lease may be gone: dropped
+    assert book.lapsed() == [c] and book.lapsed() == []
+    assert (0, c) not in book.to_extend() and book.held() == 2  # no longer this worker's
+
+
+def test_tasks_without_a_lease_wait_as_long_as_they_must() -> None:
+    book = ledger()
+    book.fetched(0, tasks("a"))  # at-most-once: no start_by
+    delivery = book.take(0, make, now=1e9)
+    assert delivery is not None and book.lapsed() == []

@@ -19,15 +19,24 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Generic, Self, Unpack, cast
+from typing import Any, Generic, Literal, Self, Unpack, cast
 
-from .._core import limits, protocol, sharding
+from .._core import limits, protocol, sharding, tracing
 from .._core.codecs import PayloadT
 from .._core.connection import Topology
 from .._core.durability import Durability
+from .._core.history import (
+    DEFAULT_MAX_DETAIL_BYTES,
+    DEFAULT_MAX_EVENTS,
+    DEFAULT_RETENTION,
+    HistoryEvent,
+    HistorySettings,
+)
+from .._core.history import set_args as history_set_args
 from .._core.keys import QueueKeys
 from .._core.limits import PauseInfo, PauseUntil, check_same_shard
 from .._core.models import (
+    HELD_STATES,
     Backoff,
     DeadTask,
     DedupMode,
@@ -267,6 +276,10 @@ class AsyncDelayQueue(Generic[PayloadT]):
             with Redis is a :class:`ConfigError` at first use.
         create: the queue is meant to be new: register it at first use, so that a consumer
             opened before any producer does not warn that Redis has never seen it.
+        history: keep each task's history (docs/history.md) for this long after it ends
+            (seconds or a timedelta; True: a day; or :class:`HistorySettings`), written to
+            Redis at first use, so every producer, worker and CLI of the queue records it;
+            False turns it off; None (default) leaves it as Redis has it.
     """
 
     def __init__(
@@ -290,6 +303,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         fetch_ahead: int = 8,
         shards: int | None = None,
         create: bool = False,
+        history: Duration | bool | HistorySettings | None = None,
     ) -> None:
         options = QueueOptions.of(
             codec=codec, payload_type=payload_type, visibility_timeout=visibility_timeout,
@@ -297,10 +311,12 @@ class AsyncDelayQueue(Generic[PayloadT]):
             safety_interval=safety_interval, reconnect_timeout=reconnect_timeout,
             max_payload_bytes=max_payload_bytes, overdue_after=overdue_after, prefix=prefix,
             durability=durability, fetch_ahead=fetch_ahead, shards=shards, create=create,
+            history=history,
         )  # fmt: skip
         self._keys = options.keys(name)
         self._shards = options.shards
         self._create = options.create
+        self._history = options.history
         self._fetch_ahead = options.fetch_ahead
         self._dedup = options.dedup
         self._safety_s = options.safety_s
@@ -468,6 +484,8 @@ class AsyncDelayQueue(Generic[PayloadT]):
             [self._engine(name) for name in previous],
             backend.monotonic(),
         )
+        if shared.routes is None and self._history is not None:  # [H] as create=True registers
+            await self._apply_history(routes.every, self._history)
         old = shared.routes
         shared.routes = routes
         if old is not None and old.layout != layout:
@@ -583,6 +601,12 @@ class AsyncDelayQueue(Generic[PayloadT]):
         if it is not delivered within that long after its due time. Nothing is written if any
         argument is invalid.
         """
+        if tracing.active():  # inside a span: a PRODUCER span, whose context the task keeps
+            with tracing.producer_span(self.name, 1):
+                return await self._offer(payload, delay, options)
+        return await self._offer(payload, delay, options)
+
+    async def _offer(self, payload: PayloadT, delay: Duration | None, options: Any) -> TaskId:
         if options:
             offer = offer_of(payload, delay, options, f"{type(self).__name__}.offer")
             mode = self._offer_mode(options.get("dedup"))
@@ -660,6 +684,12 @@ class AsyncDelayQueue(Generic[PayloadT]):
         with other content, every other item is still written, then :class:`TaskIdConflict`
         is raised with all the results."""
         items = list(items)
+        if tracing.active() and items:
+            with tracing.producer_span(self.name, len(items)):
+                return await self._offer_many(items, dedup)
+        return await self._offer_many(items, dedup)
+
+    async def _offer_many(self, items: list[Any], dedup: str | None) -> list[TaskId]:
         mode = self._offer_mode(dedup)
         if not items:
             return []
@@ -801,7 +831,9 @@ class AsyncDelayQueue(Generic[PayloadT]):
     # -- reading ----------------------------------------------------------------------------
 
     async def get(self, task_id: str) -> TaskInfo | None:
-        """A snapshot of the task, or None if the queue holds no task with this id."""
+        """A snapshot of the task, or None if the queue holds no task with this id. [H] On a
+        queue that keeps task histories, a task that ended is ``done`` or ``cancelled``
+        (``ended_at``, ``outcome``) while its history lasts."""
         task_id = protocol.check_id(task_id)
         for shard in (await self._routes()).searched(task_id):
             info = await shard.get(task_id)
@@ -869,6 +901,58 @@ class AsyncDelayQueue(Generic[PayloadT]):
             return 0
         return sum([await shard.requeue_dead(None) for shard in routes.every])
 
+    # -- task history [H] --------------------------------------------------------------------
+
+    async def history(self, task_id: str) -> list[HistoryEvent]:
+        """The task's history, oldest event first: offered (by whom), delivered (attempt,
+        consumer), retried (the error), acked... ([] if it has none: the queue keeps no
+        histories, or it ended longer than the retention ago). See docs/history.md."""
+        task_id = protocol.check_id(task_id)
+        for shard in (await self._routes()).searched(task_id):
+            events = await shard.history(task_id)
+            if events:
+                return events
+        return []
+
+    async def enable_history(
+        self,
+        retention: Duration = DEFAULT_RETENTION,
+        *,
+        max_events: int = DEFAULT_MAX_EVENTS,
+        max_detail_bytes: int = DEFAULT_MAX_DETAIL_BYTES,
+    ) -> HistorySettings:
+        """Keep task histories on this queue (every client of it records them from now on),
+        each for ``retention`` after its task ends (at most 30 days), at most ``max_events``
+        events per task and ``max_detail_bytes`` per event's detail; returns the settings."""
+        settings = HistorySettings.of(retention, max_events, max_detail_bytes)
+        await self._apply_history(await self._all(), settings)
+        return settings
+
+    async def disable_history(self) -> bool:
+        """Stop keeping task histories; True if the queue kept them. The histories of tasks
+        still in the queue are deleted (nothing would record their end); those of tasks that
+        ended expire at their retention."""
+        return await self._apply_history(await self._all(), False)
+
+    async def history_settings(self) -> HistorySettings | None:
+        """How the queue keeps task histories, as Redis has it; None: it keeps none."""
+        return await (await self._all())[0].history_settings(["get"])
+
+    async def _apply_history(
+        self, shards: Sequence[AsyncShard], wanted: HistorySettings | Literal[False]
+    ) -> bool:
+        """Write history settings (False: off) to every shard; whether any had them."""
+        had = False
+        for shard in shards:
+            if wanted is False:
+                before = await shard.history_settings(["off"])
+                if before is not None:
+                    await shard.sweep_histories()
+            else:
+                before = await shard.history_settings(history_set_args(wanted))
+            had = had or before is not None
+        return had
+
     # -- flow control [L] --------------------------------------------------------------------
 
     @property
@@ -935,6 +1019,12 @@ class AsyncDelayQueue(Generic[PayloadT]):
         return await self._poll(max_tasks, duration_ms(timeout, "timeout") / 1000)
 
     async def _poll(self, count: int, timeout: float | None) -> list[AsyncTask[PayloadT]]:
+        started = tracing.now_ns()  # 0 without the otel extra: nothing recorded
+        tasks = await self._poll_shards(count, timeout)
+        tracing.record("receive", self.name, tasks, started)
+        return tasks
+
+    async def _poll_shards(self, count: int, timeout: float | None) -> list[AsyncTask[PayloadT]]:
         """Up to ``count`` due tasks of one shard, the shards taken in turn. A shard whose last
         look found nothing due is not looked at again before its next due time, unless its
         channel announces an earlier one; the wait sleeps until the earliest of them."""
@@ -1105,7 +1195,10 @@ class AsyncDelayQueue(Generic[PayloadT]):
         next due tasks, up to ``fetch_ahead``, in the same round trip: the next ``take()``
         needs none. Tasks fetched ahead are handed out with at least half their lease left,
         and are handed back at once by ``close()``."""
-        if await self._ack_one(task, fetch_ahead=True) is False:
+        started = tracing.now_ns()
+        acked = await self._ack_one(task, fetch_ahead=True)
+        tracing.record("settle", self.name, [task], started)
+        if acked is False:
             raise LeaseLost(f"lease on task {task.id} was lost; it is or will be delivered again")
 
     async def _ack_one(self, task: AsyncTask, *, fetch_ahead: bool) -> bool:
@@ -1136,6 +1229,12 @@ class AsyncDelayQueue(Generic[PayloadT]):
     async def ack_many(self, tasks: Sequence[AsyncTask]) -> list[bool]:
         """Ack many tasks in one round trip per Redis node, whatever their shards; False where
         the lease was lost."""
+        started = tracing.now_ns()
+        acked = await self._ack_many(tasks)
+        tracing.record("settle", self.name, tasks, started)
+        return acked
+
+    async def _ack_many(self, tasks: Sequence[AsyncTask]) -> list[bool]:
         leased = [t for t in tasks if t.lease_token is not None]
         groups: dict[AsyncShard, list[AsyncTask]] = {}
         for task in leased:
@@ -1245,8 +1344,10 @@ class AsyncDelayQueue(Generic[PayloadT]):
         scans."""
         try:
             wanted = TaskState(state)
+            if wanted not in HELD_STATES:  # [H] done and cancelled tasks are gone
+                raise ValueError(state)
         except ValueError as exc:
-            names = ", ".join(s.value for s in TaskState)
+            names = ", ".join(s.value for s in HELD_STATES)
             raise ConfigError(f"state must be one of {names}, got {state!r}") from exc
         if (
             not isinstance(limit, int)
@@ -1278,8 +1379,10 @@ class AsyncDelayQueue(Generic[PayloadT]):
             states = (states,)
         try:
             wanted = sorted({TaskState(s).value for s in states})
+            if not set(wanted) <= {s.value for s in HELD_STATES}:  # [H] gone already
+                raise ValueError(states)
         except (ValueError, TypeError) as exc:
-            names = ", ".join(s.value for s in TaskState)
+            names = ", ".join(s.value for s in HELD_STATES)
             raise ConfigError(f"states must be among {names}, got {states!r}") from exc
         if not wanted:
             raise ConfigError("purge needs at least one state")

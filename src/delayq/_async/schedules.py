@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import builtins
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, Final, Unpack
 
 from .._core import protocol, sharding
-from .._core.schedule import LOOKAHEAD, Schedule, ScheduleInfo, SchedulePolicy, check_name
+from .._core.schedule import (
+    LOOKAHEAD,
+    LOOKAHEAD_LOW,
+    Schedule,
+    ScheduleInfo,
+    SchedulePolicy,
+    check_name,
+)
 from .._core.schedule_calls import (
     REQUEST_MS,
     TOMBSTONE_MS,
@@ -24,16 +31,22 @@ from .._core.schedule_calls import (
     backfill_times,
     check_fire_options,
     info_of,
+    moved_to,
     parse_info,
+    parse_refill,
     parse_upsert,
     refill_args,
     request_id,
     template,
+    tz_mismatch,
     upsert_args,
 )
+from .._core.schedule_moves import far_source
 from .._core.scripts import Op
 from .._core.timing import Duration
-from ..exceptions import ScheduleNotFound
+from .._core.tzsource import TzSource, tz_source
+from ..exceptions import ConfigError, ScheduleNotFound
+from . import schedule_moves
 
 if TYPE_CHECKING:
     from .queue import AsyncDelayQueue
@@ -52,9 +65,33 @@ class AsyncSchedules:
     def __init__(self, queue: AsyncDelayQueue[Any]) -> None:
         self._queue = queue
 
-    async def _shard(self, name: str) -> AsyncShard:
-        routes = await self._queue._routes()
-        return routes.current[sharding.shard_of(check_name(name), len(routes.current))]
+    async def _shard(self, name: str, *, again: bool = False) -> AsyncShard:
+        """The shard that holds schedule ``name`` in the current layout. During a reshard the
+        schedule is carried there first if the mover has not got to it yet, so that it is
+        never live on both sides (``again``: read the layout afresh, after a script said the
+        schedule moved)."""
+        routes = await self._queue._routes(again=again)
+        home = routes.current[sharding.shard_of(check_name(name), len(routes.current))]
+        if routes.previous:
+            old = routes.previous[sharding.shard_of(name, len(routes.previous))]
+            await schedule_moves.carry(self._queue._runner, old.keys, home.keys, name)
+        return home
+
+    async def _run_at_home(
+        self, name: str, op: Op, args: list[Any], moved: Callable[[Any], bool]
+    ) -> tuple[AsyncShard, Any]:
+        """Run ``op`` on the shard of ``name``; again on the new one, after reading the layout
+        afresh, while the reply says a reshard moved the schedule away (``moved``): the
+        writer's layout was out of date. The shard and the reply."""
+        for attempt in range(MOVED_TRIES):
+            shard = await self._shard(name, again=attempt > 0)
+            reply = await shard.run(op, args)
+            if not moved(reply):
+                return shard, reply
+        raise ConfigError(
+            f"schedule {name!r} of queue {self._queue.name!r} was moved by a reshard, and "
+            f"the layout read {MOVED_TRIES} times does not say where: is a reshard running?"
+        )
 
     async def upsert(
         self,
@@ -98,11 +135,11 @@ class AsyncSchedules:
         )  # fmt: skip
         headers, _ = check_fire_options(options)
         envelope = template(self._queue._codec, name, payload, headers, policy.priority)
-        shard = await self._shard(name)
+        await self._queue._routes()  # the first look at a new queue records its layout
         await self._queue._register()
-        upserted = parse_upsert(
-            await shard.run(Op.SCHEDULE_UPSERT, upsert_args(name, schedule, policy, envelope))
-        )
+        args = upsert_args(name, schedule, policy, envelope)
+        shard, reply = await self._run_at_home(name, Op.SCHEDULE_UPSERT, args, _refused)
+        upserted = parse_upsert(reply)
         if schedule.cron is not None and upserted.ahead < LOOKAHEAD // 2:
             await self._write_times(shard, name, upserted.version, schedule, upserted.cursor_ms)
         info = await self.get(name)
@@ -113,27 +150,39 @@ class AsyncSchedules:
     async def _write_times(
         self, shard: AsyncShard, name: str, version: int, schedule: Schedule, after_ms: int
     ) -> None:
-        await shard.run(Op.SCHEDULE_REFILL, refill_args(name, version, schedule, after_ms))
+        args = refill_args(name, version, schedule, after_ms)
+        refilled = parse_refill(await shard.run(Op.SCHEDULE_REFILL, args))
+        if refilled.added > 0:
+            mine = tz_source(schedule.tz)
+            text = tz_mismatch(name, refilled.previous_tz, mine)
+            said = (self._queue.keys.prefix, self._queue.name, name, refilled.previous_tz, mine)
+            if text is not None and said not in _TZ_SAID:  # once per process
+                _TZ_SAID.add(said)
+                log.warning("delayq: queue %s: %s", self._queue.name, text)
 
     async def get(self, name: str, *, upcoming: int = 5) -> ScheduleInfo | None:
         """Schedule ``name`` as Redis holds it, with its next ``upcoming`` fire times; None if
         there is no such schedule."""
-        found = await self._read(await self._shard(name), [name], upcoming)
+        args = [max(upcoming, 1), name]
+        _, reply = await self._run_at_home(name, Op.SCHEDULE_INFO, args, _lists_moved)
+        found = self._infos(reply, upcoming)
         return found[0] if found else None
 
     async def list(self, *, upcoming: int = 5) -> builtins.list[ScheduleInfo]:
-        """Every schedule of the queue, by name."""
-        routes = await self._queue._routes()
-        found: builtins.list[ScheduleInfo] = []
-        for shard in routes.current:
-            found += await self._read(shard, [], upcoming)
-        return sorted(found, key=lambda info: info.name)
+        """Every schedule of the queue, by name (during a reshard, those still on the
+        previous layout's shards too: the mover carries them within moments). The layout
+        is read afresh: a listing cannot tell that a reshard moved schedules away."""
+        routes = await self._queue._routes(again=True)
+        found: dict[str, ScheduleInfo] = {}
+        for shard in [*routes.previous, *routes.current]:  # the current layout's win
+            reply = await shard.run(Op.SCHEDULE_INFO, [max(upcoming, 1)])
+            found.update((info.name, info) for info in self._infos(reply, upcoming))
+        return [found[name] for name in sorted(found)]
 
-    async def _read(
-        self, shard: AsyncShard, names: Sequence[str], upcoming: int
-    ) -> builtins.list[ScheduleInfo]:
-        now_ms, stored = parse_info(await shard.run(Op.SCHEDULE_INFO, [max(upcoming, 1), *names]))
-        return [info_of(s, self._queue._codec, now_ms, upcoming) for s in stored]
+    def _infos(self, reply: Any, upcoming: int) -> builtins.list[ScheduleInfo]:
+        now_ms, stored = parse_info(reply)
+        codec = self._queue._codec
+        return [info_of(s, codec, now_ms, upcoming) for s in stored if not moved_to(s)]
 
     async def pause(self, name: str, note: str | None = None) -> bool:
         """Stop firing ``name`` (its cursor stays); False if it was paused already."""
@@ -167,16 +216,12 @@ class AsyncSchedules:
         """One fire, due now, for each of ``name``'s times in ``[start, end]`` (at most 100),
         whatever its overlap policy; how many were offered. The same ``request`` again (a
         retry) does nothing again."""
-        shard = await self._shard(name)
         info = await self.get(name, upcoming=0)
         if info is None:
             raise ScheduleNotFound(f"no schedule {name!r} in queue {self._queue.name!r}")
         times = backfill_times(info.schedule, start, end)
         rid = request_id(request) if request is not None else protocol.new_task_id()
-        reply = await shard.run(Op.SCHEDULE_CONTROL, [name, "backfill", rid, REQUEST_MS, *times])
-        status, detail = int(reply[0]), protocol._str(reply[1])
-        if status < 0:
-            raise ScheduleNotFound(f"no schedule {name!r} in queue {self._queue.name!r}")
+        _, detail = await self._call(name, "backfill", rid, REQUEST_MS, *times)
         return int(detail)
 
     async def _control(self, name: str, action: str, *args: Any) -> int:
@@ -184,25 +229,50 @@ class AsyncSchedules:
         return status
 
     async def _call(self, name: str, action: str, *args: Any) -> tuple[int, str]:
-        shard = await self._shard(name)
-        reply = await shard.run(Op.SCHEDULE_CONTROL, [name, action, *args])
+        call = [name, action, *args]
+        _, reply = await self._run_at_home(name, Op.SCHEDULE_CONTROL, call, _refused)
         status = int(reply[0])
         if status < 0:
             raise ScheduleNotFound(f"no schedule {name!r} in queue {self._queue.name!r}")
         return status, protocol._str(reply[1])
 
     async def refill(self, shard: AsyncShard, names: Sequence[str]) -> None:
-        """Compute and write cron times for the schedules a fetch said run short. Never
-        raises: a fetch's consumer must not fail for it, and the next step asks again."""
+        """Act on what a fetch said of some schedules: compute and write cron times for those
+        that run short, and let those a reshard carried stop counting as running their fires
+        that ended on the old side. Never raises: a fetch's consumer must not fail for it,
+        and the next step asks again."""
         try:
             _, stored = parse_info(await shard.run(Op.SCHEDULE_INFO, [LOOKAHEAD, *names]))
             for found in stored:
+                if moved_to(found):
+                    continue
+                far = far_source(found.state)
+                if far is not None:
+                    old = replace(shard.keys, name=far)
+                    await schedule_moves.settle(self._queue._runner, shard.keys, old, found.name)
                 info = info_of(found, self._queue._codec, 0, 0)
-                after = max([int(found.state["cursor"]), *found.ahead])
-                await self._write_times(shard, found.name, info.version, info.schedule, after)
+                if info.schedule.cron is not None and len(found.ahead) < LOOKAHEAD_LOW:
+                    after = max([int(found.state["cursor"]), *found.ahead])
+                    await self._write_times(shard, found.name, info.version, info.schedule, after)
         except Exception:  # logged, and asked again by the next step
             log.warning("delayq: could not add cron times to schedules %s", names, exc_info=True)
 
 
 def _with_changed(info: ScheduleInfo, changed: bool) -> ScheduleInfo:
     return replace(info, changed=changed)
+
+
+def _refused(reply: Any) -> bool:
+    """Whether an upsert or control reply says a reshard moved the schedule away (-2)."""
+    return int(reply[0]) == -2
+
+
+def _lists_moved(reply: Any) -> bool:
+    """Whether a schedule_info reply names a schedule a reshard moved away."""
+    return any(moved_to(stored) for stored in parse_info(reply)[1])
+
+
+# How many times a call follows a reshard's move (reading the layout again each time).
+MOVED_TRIES: Final = 3
+# What this process said about mixed tzdata releases: (prefix, queue, schedule, theirs, mine).
+_TZ_SAID: set[tuple[str, str, str, TzSource | None, TzSource]] = set()

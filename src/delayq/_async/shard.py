@@ -13,6 +13,7 @@ The sync ``Shard`` in ``_sync/shard.py`` is generated from this file by
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import deque
@@ -20,16 +21,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .._core import protocol
+from .._core import history, protocol
 from .._core.durability import Durability
 from .._core.envelope import EnvelopeCodec
+from .._core.history import HistoryEvent, HistorySettings
 from .._core.keys import QueueKeys
 from .._core.models import DedupMode, TaskInfo, TaskState, to_datetime
 from .._core.offers import TaskId, task_ids_of
 from .._core.protocol import FetchResult, OfferSpec, Policy, RawTask
 from .._core.scripts import Op
 from .._core.text import printable, utf8_safe
-from ..exceptions import DecodeError, NotDurable, RedisUnavailable, ServerError
+from ..exceptions import DecodeError, DelayqError, NotDurable, RedisUnavailable, ServerError
 from . import backend, runner
 
 log = logging.getLogger("delayq")
@@ -101,6 +103,9 @@ class Ahead:
 # At-most-once, a take() loop fetches ahead what it hands out in this long: enough to halve
 # the round trips of a loop at a few thousand tasks/s, little to lose in a crash.
 UNLEASED_AHEAD_S = 0.01
+# [H] Once offer_one.lua said the shard keeps task histories, plain offers go straight to
+# offer.lua (which records them) for this long, then ask again (history may be off by then).
+HISTORY_HINT_S = 60.0
 
 
 @dataclass(eq=False)
@@ -142,6 +147,7 @@ class AsyncShard:
         self._runner = conn
         self._settings = settings
         self.notifier = conn.subscriber.notifier(keys.channel, bell)
+        self._recorded_until = 0.0  # [H] see HISTORY_HINT_S
 
     @property
     def name(self) -> str:
@@ -204,7 +210,10 @@ class AsyncShard:
 
     async def offer_plain(self, spec: OfferSpec) -> TaskId:
         """Offer a task with no options but its delay, whose id the queue drew: one short
-        script (offer_one.lua), the producer's hot path."""
+        script (offer_one.lua), the producer's hot path; on a queue that keeps task
+        histories, offer.lua (which records them)."""
+        if self._recorded_until > backend.monotonic():
+            return (await self.write_offers(DedupMode.KEEP, [spec], [True]))[0]
         for _ in range(protocol.ID_DRAWS):
             if self._settings.durability is None:
                 status = await self.run(Op.OFFER_ONE, list(spec[:3]), keys=self._offer_one_keys)
@@ -212,6 +221,9 @@ class AsyncShard:
                 (status,) = await self.write(
                     Op.OFFER_ONE, [list(spec[:3])], [spec.id], keys=self._offer_one_keys
                 )
+            if status == protocol.HISTORY_ON:  # nothing written
+                self._recorded_until = backend.monotonic() + HISTORY_HINT_S
+                return (await self.write_offers(DedupMode.KEEP, [spec], [True]))[0]
             if status != protocol.ID_TAKEN:  # 0: an earlier attempt wrote it, reply lost
                 return TaskId(spec.id)
             spec = spec._replace(id=protocol.new_task_id())
@@ -268,8 +280,8 @@ class AsyncShard:
 
     async def get(self, task_id: str) -> TaskInfo | None:
         info = protocol.parse_info(await self.run(Op.INFO, [task_id]))
-        if not info.state:
-            return None
+        if not info.state:  # [H] ended, perhaps: its history says how, while it lasts
+            return history.ended_info(task_id, info.last_event) if info.last_event else None
         state = TaskState(info.state)
         if (
             state is TaskState.DELAYED
@@ -319,6 +331,27 @@ class AsyncShard:
             expires_at=to_datetime(expires_ms),
             last_error=error,
         )
+
+    async def history(self, task_id: str) -> list[HistoryEvent]:
+        """[H] The task's history, oldest event first ([] if it has none here)."""
+        try:
+            raw = await self._runner.command("LRANGE", self.keys.history(task_id), 0, -1)
+        except (RedisUnavailable, ServerError) as exc:
+            raise type(exc)(f"queue {self._settings.name!r}: {exc}") from exc
+        return history.parse_history(raw)
+
+    async def history_settings(self, args: list[Any]) -> HistorySettings | None:
+        """[H] Run the history script's get, set or off; the settings it had before."""
+        return history.parse_settings(await self.run(Op.HISTORY, args))
+
+    async def sweep_histories(self) -> None:
+        """[H] After history was turned off: delete the histories of the tasks still here
+        (no script records their end any more, so none would expire), a page at a time."""
+        cursor: Any = "0"
+        while True:
+            cursor = await self.run(Op.HISTORY, ["sweep", cursor, 200])
+            if cursor in (b"0", "0", 0):
+                return
 
     def stats_call(self, overdue_ms: int) -> tuple[Op, tuple[str, ...], list[Any]]:
         """The stats script call, for the connection layer's ``many()``."""
@@ -389,13 +422,13 @@ class AsyncShard:
         for task in acks:
             args += (task.id, task.lease_token)
         sent_at = backend.monotonic()
-        reply = await self.run(
-            Op.FETCH,
-            args,
-            deadline=deadline,
-            keys=(*self._key_list, self.keys.receipt("fetch", args[2])),
-        )
-        result = protocol.parse_fetch(reply)
+        keys = (*self._key_list, self.keys.receipt("fetch", args[2]))
+        durability = self._settings.durability
+        if durability is not None and durability.after_fetch:
+            result = await self._fetch_durably(durability, policy, args, keys, deadline)
+        else:
+            reply = await self.run(Op.FETCH, args, deadline=deadline, keys=keys)
+            result = protocol.parse_fetch(reply)
         # The server read its clock about halfway through the round trip: plan from there.
         received_at = backend.monotonic()
         fetched_at = (sent_at + received_at) / 2 if received_at - sent_at < 0.05 else received_at
@@ -406,6 +439,39 @@ class AsyncShard:
                 wake_at = min(wake_at, fetched_at + result.seconds_until(result.next_wake_ms))
             watch.quiet = Quiet(mark, wake_at, fetched_at, result)
         return list(result.tasks), result
+
+    async def _fetch_durably(
+        self,
+        durability: Durability,
+        policy: Policy,
+        args: list[Any],
+        keys: Sequence[str],
+        deadline: float | None,
+    ) -> FetchResult:
+        """The fetch script, then its WAIT on the same connection; a lease the replicas did
+        not confirm is handed back before anyone runs it (see :class:`Durability`)."""
+        try:
+            reply, *waited = await self._runner.batch(
+                Op.FETCH, keys, [args], tail=durability.commands(), deadline=deadline
+            )
+        except (RedisUnavailable, ServerError) as exc:
+            raise type(exc)(f"queue {self._settings.name!r}: {exc}") from exc
+        result = protocol.parse_fetch(reply)
+        short = durability.shortfall(waited)
+        leased = [raw for raw in result.tasks if raw.token]
+        if short is None or not leased:
+            return result
+        message = (
+            f"queue {self._settings.name!r}: {len(leased)} lease(s) not confirmed within "
+            f"{durability.timeout_s:g} s: {short}"
+        )
+        if durability.on_shortfall == "warn":
+            log.warning("delayq: %s; handed out anyway", message)
+            return result
+        for raw in leased:  # unstarted: back to the queue, no attempt counted
+            with contextlib.suppress(DelayqError):  # a lost one returns when its lease ends
+                await self.give_back(policy, raw.id, raw.token or "", "release", 0, "")
+        raise NotDurable(f"{message}; handed back", [raw.id for raw in leased])
 
     async def bury_undecodable(self, policy: Policy, raw: RawTask, exc: Exception) -> None:
         """Dead-letter a delivered task that cannot be read, addressed by its id's raw bytes

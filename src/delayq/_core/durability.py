@@ -25,6 +25,13 @@ class Durability:
     (``on_shortfall="raise"``) or logs a warning (``"warn"``). The write itself stands
     either way: offering the same id again is safe.
 
+    With ``after_fetch=True`` each fetch that leases tasks waits too, before it hands them
+    out: a lease only the master has is lost in a failover, and the promoted replica hands
+    the task to a second consumer while the first still runs it. On a shortfall the fetched
+    tasks are handed back (unstarted, no attempt counted) and the fetch raises
+    :class:`~delayq.NotDurable` (``"raise"``; a worker backs off and fetches again), or they
+    are handed out with a warning (``"warn"``). It costs a replica's round trip per fetch.
+
     This covers a master that crashes after answering: a confirmed task is on a replica (or
     on disk) that a failover promotes. It does not cover a network partition in which an
     isolated master keeps taking writes (split brain): those can still be lost when it
@@ -36,6 +43,7 @@ class Durability:
     timeout: Duration = 1.0  # seconds or a timedelta; read back as seconds
     on_shortfall: Shortfall = "raise"
     after_ack: bool = False
+    after_fetch: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.replicas, int) or isinstance(self.replicas, bool):
@@ -44,8 +52,8 @@ class Durability:
             raise ConfigError(f"replicas must be from 0 to 100, got {self.replicas}")
         if self.replicas == 0 and not self.aof:
             raise ConfigError("a Durability with replicas=0 and aof=False waits for nothing")
-        if not isinstance(self.aof, bool) or not isinstance(self.after_ack, bool):
-            raise ConfigError("aof and after_ack must be True or False")
+        if not all(isinstance(v, bool) for v in (self.aof, self.after_ack, self.after_fetch)):
+            raise ConfigError("aof, after_ack and after_fetch must be True or False")
         timeout = setting_s(self.timeout, "timeout", allow_zero=False)
         if timeout > 60:
             raise ConfigError(f"timeout must be from 0 to 60 seconds (not 0), got {self.timeout!r}")

@@ -137,3 +137,14 @@ class QueueKeys:
         """A limit state key: ``task``, ``tat``, ``run``, ``held``, ``gate``, ``full``,
         ``hold`` or ``w:<limit key>`` (the tasks parked for that key)."""
         return self.key(f"lim:{part}")
+
+    # -- [H] task history (issue #22): keys the scripts derive from the prefix (lua/_lib.lua)
+
+    @property
+    def history_settings(self) -> str:
+        """HASH ret/max/bytes of a queue that keeps task histories (absent: it keeps none)."""
+        return self.key("hist")
+
+    def history(self, task_id: str) -> str:
+        """LIST one task's history, oldest event first."""
+        return self.key(f"hist:{task_id}")

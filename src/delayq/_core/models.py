@@ -33,6 +33,13 @@ class TaskState(StrEnum):
     INFLIGHT = "inflight"  # leased to a consumer
     EXPIRED = "expired"  # its lease ran out, no consumer has reclaimed it yet
     DEAD = "dead"  # dead-lettered
+    # Ended: known only while its history lasts, on a queue that keeps task histories.
+    DONE = "done"  # acked (or taken, at-most-once)
+    CANCELLED = "cancelled"  # cancelled, dropped by its ttl or purged: it never ran to the end
+
+
+# The states a queue holds tasks in: what tasks(), purge() and the views list.
+HELD_STATES = tuple(s for s in TaskState if s not in (TaskState.DONE, TaskState.CANCELLED))
 
 
 class DedupMode(StrEnum):
@@ -96,6 +103,10 @@ class TaskInfo:
     dead_at: datetime | None = None  # dead
     expires_at: datetime | None = None  # ttl deadline, if any
     last_error: str | None = None
+    ended_at: datetime | None = None  # done / cancelled
+    # done / cancelled: how, the history's last event (acked; delivered, at-most-once;
+    # cancelled; expired, by its ttl; purged)
+    outcome: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +148,9 @@ class Stats:
     # most ("" = the queue's total); q.limits.list() has every key.
     limit_waiting: Mapping[str, int] = field(default_factory=dict)
     limit_running: Mapping[str, int] = field(default_factory=dict)
+    # Tasks held back per reason ("rate", "concurrency", "ratelimited") for the 10 keys held
+    # back most (each reason's total is counters["throttled:<reason>"]).
+    limit_throttled: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property
     def total(self) -> int:

@@ -14,6 +14,7 @@ from . import sharding
 from .codecs import PayloadType, check_codec
 from .durability import Durability
 from .envelope import EnvelopeCodec
+from .history import HistoryOption, HistorySettings, history_option
 from .keys import QueueKeys, check_prefix
 from .models import Backoff, DedupMode
 from .protocol import Policy
@@ -106,6 +107,7 @@ class QueueOptions:
     fetch_ahead: int
     shards: int | None  # only to create a sharded queue
     create: bool
+    history: HistoryOption = None  # [H] None: as Redis has it; False: turn it off
 
     @classmethod
     def of(
@@ -127,6 +129,7 @@ class QueueOptions:
         fetch_ahead: int = 8,
         shards: int | None = None,
         create: bool = False,
+        history: Duration | bool | HistorySettings | None = None,
     ) -> QueueOptions:
         """Check every option (:class:`ConfigError` naming the first bad one) and keep them
         in the engine's units."""
@@ -165,6 +168,7 @@ class QueueOptions:
             fetch_ahead=fetch_ahead,
             shards=None if shards is None else sharding.check_shards(shards),
             create=_flag(create, "create"),
+            history=history_option(history),
         )
 
     def keys(self, name: str, *, sharded_channel: bool = False) -> QueueKeys:

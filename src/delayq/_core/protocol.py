@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 from ..exceptions import InvalidTaskError, ServerError
+from .errors_text import error_summary
+from .history import origin
 from .models import DedupMode, Stats, to_datetime
 from .text import utf8_safe
 
@@ -174,7 +176,8 @@ def spec_limit_key(spec: OfferSpec) -> str | None:
 
 
 def offer_args(mode: DedupMode, specs: Sequence[OfferSpec]) -> list[Any]:
-    args: list[Any] = [mode.value]
+    """Arguments of an offer call (offer.lua); who offers is for a queue's task histories."""
+    args: list[Any] = [mode.value, origin()]
     for spec in specs:
         args += spec
     return args
@@ -184,6 +187,9 @@ def offer_args(mode: DedupMode, specs: Sequence[OfferSpec]) -> list[Any]:
 # queue draws for one task before it gives up (84 random-enough bits: a second draw is rare).
 ID_TAKEN: Final = 3
 ID_DRAWS: Final = 5
+# [H] offer_one.lua's status for a queue that keeps task histories: nothing written, offer
+# through offer.lua, which records them.
+HISTORY_ON: Final = 5
 
 
 # The offer scripts' error for a (sub-)queue that a finished reshard retired: the writer's
@@ -270,6 +276,7 @@ def fetch_args(policy: Policy, count: int, keep_ms: int) -> list[Any]:
         factor,
         policy.housekeeping,
         keep_ms,
+        origin(),  # the consumer, in a queue's task histories
     ]
 
 
@@ -306,11 +313,24 @@ def nack_args(
     due_ms: int | None = None,
 ) -> list[Any]:
     """Arguments of a nack call; ``error`` may hold anything (it is made valid UTF-8).
-    ``due_ms``: a throttled task's due time, the place it keeps in its key's line."""
+    ``due_ms``: a throttled task's due time, the place it keeps in its key's line. The
+    error's gist (its exception line) goes along for a queue's task histories."""
     base, cap, factor = policy.backoff.args()
-    error = utf8_safe(error if isinstance(error, str) else str(error))[:4000]
-    args = [task_id, token, outcome, delay_ms, error, policy.max_attempts, base, cap, factor]
-    return args if due_ms is None else [*args, due_ms]
+    error = utf8_safe(error if isinstance(error, str) else str(error))
+    gist = error_summary(error, 500) if error else ""
+    return [
+        task_id,
+        token,
+        outcome,
+        delay_ms,
+        error[:4000],
+        policy.max_attempts,
+        base,
+        cap,
+        factor,
+        "" if due_ms is None else due_ms,
+        gist,
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,12 +342,14 @@ class InfoReply:
     envelope: bytes | None
     error: str | None
     expires_ms: int | None
+    last_event: bytes | None = None  # [H] of an unknown task: its history's last event
 
 
 def parse_info(reply: Sequence[Any]) -> InfoReply:
     state = _str(reply[1])
     if not state:
-        return InfoReply(int(reply[0]), "", None, 0, None, None, None)
+        last = bytes(reply[7]) if len(reply) > 7 and reply[7] else None
+        return InfoReply(int(reply[0]), "", None, 0, None, None, None, last)
     score = int(float(reply[2]))
     return InfoReply(
         now_ms=int(reply[0]),
@@ -360,6 +382,7 @@ class StatsReply:
     paused_until_ms: int | None = None  # [L] None: not paused; 0: until resumed
     limit_waiting: dict[str, int] = dataclasses.field(default_factory=dict)  # [L] "" = total
     limit_running: dict[str, int] = dataclasses.field(default_factory=dict)
+    limit_throttled: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -375,16 +398,22 @@ def parse_stats(reply: Sequence[Any]) -> StatsReply:
     lateness_sum_ms, seen_ms, paused_until_ms = 0, None, None
     waiting: dict[str, int] = {}
     running: dict[str, int] = {}
+    throttled: dict[str, dict[str, int]] = {}
     for i in range(9, len(reply), 2):
         field, value = _text(reply[i]), int(reply[i + 1])
         if field == "seen_ms":
             seen_ms = value
+        elif field == "hist":  # [H] the mirror of the history settings: no counter
+            continue
         elif field == "pause:until":
             paused_until_ms = value
         elif field in ("lim:waiting", "lim:running"):  # [L] the totals, under key ""
             (waiting if field == "lim:waiting" else running)[""] = value
         elif field.startswith(("limw:", "limr:")):
             (waiting if field.startswith("limw:") else running)[field[5:]] = value
+        elif field.startswith("limt:"):  # [L] limt:<reason>:<key>
+            reason, _, key = field[5:].partition(":")
+            throttled.setdefault(reason, {})[key] = value
         elif field == "late:sum":
             lateness_sum_ms = value
         elif field.startswith("late:"):
@@ -410,6 +439,7 @@ def parse_stats(reply: Sequence[Any]) -> StatsReply:
         paused_until_ms=paused_until_ms,
         limit_waiting=waiting,
         limit_running=running,
+        limit_throttled=throttled,
     )
 
 
@@ -435,6 +465,7 @@ def stats_from_reply(name: str, reply: Sequence[Any]) -> Stats:
         paused_until=to_datetime(raw.paused_until_ms or None),
         limit_waiting=raw.limit_waiting,
         limit_running=raw.limit_running,
+        limit_throttled=raw.limit_throttled,
     )
 
 

@@ -336,6 +336,12 @@ class ScheduleInfo:
     ``backfilled`` count ``trigger()`` and ``backfill()`` fires. ``last_outcome`` is how the
     latest finished fire ended: ``ok`` (acked), ``dead``, ``cancelled``, ``expired``,
     ``skipped`` or ``missed``.
+
+    ``payload`` is decoded with the reading queue's codec; when it cannot be (a pickled
+    payload read by a queue without ``codec="pickle"``, a payload type that does not match),
+    it is None and ``payload_error`` says why. ``tzdata`` is the time zone database release
+    the cron times ahead were last computed with, read from ``tzdata_source`` (a directory of
+    ``zoneinfo.TZPATH`` or the tzdata package); None for interval schedules.
     """
 
     name: str
@@ -363,3 +369,6 @@ class ScheduleInfo:
     note: str | None
     done: bool
     changed: bool | None = None  # upsert only: the spec differed (None on get/list)
+    payload_error: str | None = None
+    tzdata: str | None = None
+    tzdata_source: str | None = None

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple, TypedDict
 
-from ..exceptions import ConfigError
+from ..exceptions import ConfigError, DecodeError
 from .envelope import EnvelopeCodec
 from .protocol import check_headers, check_id
 from .schedule import (
@@ -23,6 +23,7 @@ from .schedule import (
     spec_json,
     to_dt,
 )
+from .tzsource import TzSource, tz_source
 
 # How long a removed schedule's tombstone (cursor, version) stays, and a trigger or backfill
 # request is remembered (a retry of it does nothing again).
@@ -106,9 +107,46 @@ def refill_args(
     name: str, version: int, schedule: Schedule, after_ms: int, count: int = LOOKAHEAD
 ) -> list[Any]:
     """The refill call for a cron schedule: ``count`` times after ``after_ms`` (the later of
-    its cursor and its last time ahead), and whether the spec has no more."""
+    its cursor and its last time ahead), whether the spec has no more, and the time zone
+    database they were computed with."""
     times = schedule.fires_after_ms(after_ms, count)
-    return [name, version, 1 if len(times) < count else 0, *times]
+    return [name, version, 1 if len(times) < count else 0, tz_text(tz_source(schedule.tz)),
+            *times]  # fmt: skip
+
+
+def tz_text(source: TzSource) -> str:
+    """A time zone database as a schedule's state records it (``tzv``)."""
+    return f"{source.version}|{source.source}"
+
+
+def tz_of(text: object) -> TzSource | None:
+    """The time zone database a schedule's state records (None: none recorded)."""
+    raw = _text(text) if text not in (None, b"", "") else ""
+    version, bar, source = raw.partition("|")
+    return TzSource(version, source) if bar and version else None
+
+
+class Refilled(NamedTuple):
+    added: int  # -1: refused (another version, or the schedule is gone)
+    version: int
+    previous_tz: TzSource | None  # the database the times ahead were computed with before
+
+
+def parse_refill(reply: Sequence[Any]) -> Refilled:
+    return Refilled(int(reply[0]), int(reply[1]), tz_of(reply[2] if len(reply) > 2 else None))
+
+
+def tz_mismatch(name: str, previous: TzSource | None, mine: TzSource) -> str | None:
+    """What to log when this process added cron times to schedule ``name`` whose times
+    ahead were computed with another tzdata release (None: the same, or none recorded)."""
+    if previous is None or previous.version == mine.version:
+        return None
+    return (
+        f"schedule {name!r}: its cron times ahead were computed with tzdata "
+        f"{previous.version} ({previous.source}), this process adds times computed with "
+        f"{mine.version} ({mine.source}); processes with different time zone rules compute "
+        f"different local times once a zone's rules change: run one tzdata release"
+    )
 
 
 def backfill_times(schedule: Schedule, start: datetime, end: datetime) -> list[int]:
@@ -149,6 +187,14 @@ def parse_info(reply: Sequence[Any]) -> tuple[int, list[StoredSchedule]]:
     return int(reply[0]), found
 
 
+def moved_to(stored: StoredSchedule) -> str | None:
+    """The (sub-)queue a reshard moved a schedule to, when schedule_info found its tombstone
+    (the reader's layout is out of date); None for a live schedule."""
+    if "spec" in stored.state or "mv" not in stored.state:
+        return None
+    return _text(stored.state["mv"])
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -174,7 +220,8 @@ def info_of(
     """A :class:`ScheduleInfo` from what schedule_info.lua returned."""
     state = stored.state
     schedule, policy = spec_from_json(_str(state, "spec"))
-    payload = codec.decode(bytes(state["tpl"])).payload
+    payload, payload_error = decoded_payload(codec, state.get("tpl"))
+    tz = tz_of(state.get("tzv")) if schedule.cron is not None else None
     paused, done = _int(state, "paused") == 1, _int(state, "done") == 1
     cursor = _int(state, "cursor")
     if paused or done:
@@ -215,7 +262,22 @@ def info_of(
         paused=paused,
         note=_str(state, "note") or None,
         done=done,
+        payload_error=payload_error,
+        tzdata=tz.version if tz else None,
+        tzdata_source=tz.source if tz else None,
     )
+
+
+def decoded_payload(codec: EnvelopeCodec, template: object) -> tuple[Any, str | None]:
+    """A schedule's payload as ``codec`` reads its template, or (None, why not): a payload
+    the reader cannot decode is shown as invalid, never raised."""
+    if not isinstance(template, bytes | str) or not template:
+        return None, "no payload stored"
+    raw = template.encode() if isinstance(template, str) else template
+    try:
+        return codec.decode(raw).payload, None
+    except DecodeError as exc:
+        return None, str(exc)
 
 
 def now_dt(now_ms: int) -> datetime:

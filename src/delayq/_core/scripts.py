@@ -39,8 +39,10 @@ class Op(StrEnum):
     SCHEDULE_REFILL = "schedule_refill"
     SCHEDULE_CONTROL = "schedule_control"
     SCHEDULE_INFO = "schedule_info"
+    SCHEDULE_MOVE = "schedule_move"  # a reshard carries schedules to their new shard
     LIMIT_PAUSE = "limit_pause"  # [L] flow control
     LIMIT_ADMIN = "limit_admin"  # [L]
+    HISTORY = "history"  # [H] task history settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,22 +64,30 @@ _FUNCTION = re.compile(r"^local function (\w+)", re.MULTILINE)
 def _with_library(body: str) -> str:
     """``body`` preceded by the shared preamble, keeping only the library functions it uses
     (directly or through other library functions): each defined function costs every call."""
-    lib = _read("_lib")
-    starts = [m.start() for m in _FUNCTION.finditer(lib)]
-    header, blocks = lib[: starts[0]], {}
-    for start, end in zip(starts, [*starts[1:], len(lib)], strict=True):
-        block = lib[start:end]
-        blocks[_FUNCTION.match(block).group(1)] = block  # type: ignore[union-attr]
+    header, blocks, calls = _library()
     wanted: set[str] = set()
     pending = [body]
     while pending:
-        text = pending.pop()
-        for name, block in blocks.items():
-            if name not in wanted and re.search(rf"\b{name}\(", text):
+        for name in calls.findall(pending.pop()):
+            if name not in wanted:
                 wanted.add(name)
-                pending.append(block)
+                pending.append(blocks[name])
     kept = "".join(block for name, block in blocks.items() if name in wanted)
     return header + kept + "\n" + body
+
+
+@cache
+def _library() -> tuple[str, dict[str, str], re.Pattern[str]]:
+    """The preamble's header, its functions' blocks by name (in order), and one pattern that
+    finds calls of any of them (one scan per text, not one per function)."""
+    lib = _read("_lib")
+    starts = [m.start() for m in _FUNCTION.finditer(lib)]
+    blocks = {}
+    for start, end in zip(starts, [*starts[1:], len(lib)], strict=True):
+        block = lib[start:end]
+        blocks[_FUNCTION.match(block).group(1)] = block  # type: ignore[union-attr]
+    names = "|".join(sorted(blocks, key=len, reverse=True))
+    return lib[: starts[0]], blocks, re.compile(rf"\b({names})\(")
 
 
 @cache

@@ -170,6 +170,11 @@ def _summed(maps: Iterable[Mapping[str, int]]) -> dict[str, int]:
     return dict(total)
 
 
+def _top(values: dict[str, int], most: int) -> dict[str, int]:
+    """The ``most`` largest of ``values`` (ties by key), as the stats script bounds them."""
+    return dict(sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))[:most])
+
+
 def merged_stats(name: str, parts: Sequence[Stats]) -> Stats:
     """The stats of a logical queue from its shards' (each read atomically on its own)."""
     counters: Counter[str] = Counter()
@@ -199,6 +204,10 @@ def merged_stats(name: str, parts: Sequence[Stats]) -> Stats:
         paused_until=_pause_end(parts),
         limit_waiting=_summed(p.limit_waiting for p in parts),
         limit_running=_summed(p.limit_running for p in parts),
+        limit_throttled={
+            reason: _top(_summed(p.limit_throttled.get(reason, {}) for p in parts), 10)
+            for reason in sorted({r for p in parts for r in p.limit_throttled})
+        },
     )
 
 

@@ -7,15 +7,15 @@ The sync functions in ``_sync/reshard.py`` are generated from this file by
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-from .._core import protocol, sharding
+from .._core import history, protocol, sharding
 from .._core.connection import Topology
 from .._core.keys import QueueKeys
 from .._core.scripts import Op
 from .._core.timing import Duration, duration_ms
 from ..exceptions import ConfigError
-from . import runner
+from . import runner, schedule_moves
 from .queue import announce_layout
 
 # How young a reshard finish_reshard refuses to end: past the default safety_interval (10 s)
@@ -29,13 +29,32 @@ RETIRED = "retired"
 def reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "dq") -> str:
     """Start moving queue ``name`` (sharded or not) to ``shards`` sub-queues, live.
 
-    Nothing is copied: Redis records the new layout with the old one beside it. Every queue
-    object follows it (at once when it hears the announcement, within its safety interval
-    otherwise): producers offer to the new layout only (a dedup key still live in the old
-    layout stays there), consumers drain both, so the old sub-queues empty at their tasks'
-    due times. When the old layout is empty, :func:`finish_reshard`. Returns the recorded
-    layout (``"<new><<old>"``, 0 for an unsharded queue).
+    Tasks are not copied: Redis records the new layout with the old one beside it. Every
+    queue object follows it (at once when it hears the announcement, within its safety
+    interval otherwise): producers offer to the new layout only (a dedup key still live in
+    the old layout stays there), consumers drain both, so the old sub-queues empty at their
+    tasks' due times. Recurring schedules are carried to their shard in the new layout
+    (docs/schedules.md), so their next fires go where consumers read. When the old layout is
+    empty, :func:`finish_reshard`. Returns the recorded layout (``"<new><<old>"``, 0 for an
+    unsharded queue).
+
+    The same call again while that reshard runs (after a timeout, say) finishes carrying
+    the schedules and returns the same layout; another shard count is refused until the
+    reshard is finished.
     """
+    return (start_reshard(name, redis, shards=shards, prefix=prefix)).layout
+
+
+class Started(NamedTuple):
+    """What :func:`start_reshard` did: the layout recorded, and how many schedules (and
+    removed schedules' tombstones) it carried to the new layout."""
+
+    layout: str
+    schedules_moved: int
+
+
+def start_reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "dq") -> Started:
+    """:func:`reshard`, saying how many schedules it carried."""
     count = sharding.check_shards(shards)
     sharding.shard_names(name, count)  # validates the name for a sharded queue
     keys = QueueKeys(prefix, name)
@@ -44,24 +63,31 @@ def reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "dq") ->
         field = sharding.shards_key(prefix)
         layout = sharding.recorded_layout(conn.command("HGET", field, name), name)
         if layout is not None and layout.previous is not None:
-            raise ConfigError(
-                f"queue {name!r} is already being resharded ({layout.previous} -> "
-                f"{layout.shards} shards): finish that first"
-            )
-        old = layout.shards if layout is not None else 0
-        if old == count:
-            raise ConfigError(f"queue {name!r} already has {count} shards")
-        new = sharding.Layout(count, old)
-        conn.command("HSET", field, name, new.encode())
-        # When it began, on Redis's clock: finish_reshard waits out the queues that have not
-        # re-read the layout yet.
-        began_ms = _server_ms(conn.command("TIME"))
-        conn.command("HSET", reshards_key(prefix), name, began_ms)
-        for sub in sharding.layout_names(name, new)[0]:  # retired by an earlier reshard?
-            conn.command("HDEL", QueueKeys(prefix, sub).key("counters"), RETIRED)
-        conn.command("SADD", keys.registry, name)
-        _announce(conn, prefix, sharding.layout_names(name, layout)[0])
-        return new.encode()
+            if layout.shards != count:
+                raise ConfigError(
+                    f"queue {name!r} is already being resharded ({layout.previous} -> "
+                    f"{layout.shards} shards): finish that first"
+                )
+            new = layout  # the same reshard asked again: carry what is left
+        else:
+            old = layout.shards if layout is not None else 0
+            if old == count:
+                raise ConfigError(f"queue {name!r} already has {count} shards")
+            new = sharding.Layout(count, old)
+            conn.command("HSET", field, name, new.encode())
+            # When it began, on Redis's clock: finish_reshard waits out the queues that have
+            # not re-read the layout yet.
+            began_ms = _server_ms(conn.command("TIME"))
+            conn.command("HSET", reshards_key(prefix), name, began_ms)
+            for sub in sharding.layout_names(name, new)[0]:  # retired by an earlier reshard?
+                conn.command("HDEL", QueueKeys(prefix, sub).key("counters"), RETIRED)
+            _carry_history(conn, prefix, sharding.layout_names(name, layout)[0][0], new, name)
+            conn.command("SADD", keys.registry, name)
+            _announce(conn, prefix, sharding.layout_names(name, layout)[0])
+        # After the announcement, so that consumers read the shards the next fires go to.
+        current, previous = sharding.layout_names(name, new)
+        moved = schedule_moves.carry_all(conn, prefix, current, previous)
+        return Started(new.encode(), moved)
     finally:
         if not runner.shared(redis):  # a runner or a handle passed in stays open
             conn.close()
@@ -86,7 +112,13 @@ def finish_reshard(
         layout = sharding.recorded_layout(conn.command("HGET", field, name), name)
         if layout is None or layout.previous is None:
             raise ConfigError(f"queue {name!r} is not being resharded")
-        old = sharding.layout_names(name, layout)[1]
+        current, previous = sharding.layout_names(name, layout)
+        # A move interrupted at the start (or a schedule a process created on the old
+        # layout before it heard of the reshard) is carried now; its fires made there drain.
+        schedule_moves.carry_all(conn, prefix, current, previous)
+        # Close shard counts can share a sub-queue (4 and 5 shards of "promo" both have
+        # promo~0.3): it stays, and is neither waited for nor retired.
+        old = [sub for sub in previous if sub not in current]
         _refuse_if_left(conn, prefix, name, layout, old)
         began = conn.command("HGET", reshards_key(prefix), name)
         if began is not None and grace_ms:
@@ -111,7 +143,10 @@ def finish_reshard(
             raise
         done = sharding.Layout(layout.shards)
         conn.command("HSET", field, name, done.encode())
-        _announce(conn, prefix, old)
+        _announce(conn, prefix, previous)
+        # Every fire on the old layout has ended: the carried schedules stop counting any as
+        # running there (consumers would see to it within a second or so anyway).
+        schedule_moves.settle_all(conn, prefix, current)
         return done.encode()
     finally:
         if not runner.shared(redis):  # a runner or a handle passed in stays open
@@ -132,6 +167,18 @@ def _refuse_if_left(
             f"queue {name!r}: {left} task(s) still in the previous layout "
             f"({layout.previous} shards); they drain at their due times"
         )
+
+
+def _carry_history(
+    conn: runner.Runner, prefix: str, source: str, new: sharding.Layout, name: str
+) -> None:
+    """[H] The new layout's sub-queues keep task histories as the old layout does."""
+    reply = conn.run(Op.HISTORY, QueueKeys(prefix, source).all, ["get"])
+    settings = history.parse_settings(reply)
+    if settings is None:
+        return
+    for sub in sharding.layout_names(name, new)[0]:
+        conn.run(Op.HISTORY, QueueKeys(prefix, sub).all, history.set_args(settings))
 
 
 def reshards_key(prefix: str) -> str:

@@ -214,9 +214,7 @@ class AsyncWorker(WorkerBase):
                 await _sleep_unless(self._space[index], 0.5)
                 continue
             try:
-                started = tracing.now_ns()
                 tasks = await queue.poll_many(wanted, timeout=self._poll_timeout[index])
-                tracing.record("receive", queue.name, tasks, started)
                 backoff = 0.05
                 self._fetch_trouble[index].succeeded()
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die
@@ -226,7 +224,7 @@ class AsyncWorker(WorkerBase):
                 backoff = min(backoff * 2, 5.0)
                 continue
             if tasks:  # held at once: the heartbeat keeps these leases
-                ledger.fetched(index, tasks)
+                ledger.fetched(index, tasks, self._start_by(index, time.monotonic()))
                 self._waiting[index].set()
             self._counters.last_fetch = time.monotonic()
             self._metrics.heartbeat(queue.name)
@@ -237,6 +235,10 @@ class AsyncWorker(WorkerBase):
         make = functools.partial(_Run, runner=asyncio.current_task())
         while not self._stopping.is_set():
             run = ledger.take(index, make)
+            lapsed = ledger.lapsed()
+            if lapsed:  # their room is free: the fetch need not wait for a handler to end
+                self._report_lapsed(queue.name, lapsed)
+                self._space[index].set()
             if run is None:
                 waiting.clear()
                 await waiting.wait()
@@ -354,9 +356,7 @@ class AsyncWorker(WorkerBase):
             if not batch:
                 continue
             try:
-                started = tracing.now_ns()
                 acked: list[bool | None] = list(await queue.ack_many(batch))
-                tracing.record("settle", queue.name, batch, started)
                 self._ack_trouble[index].succeeded()
             except asyncio.CancelledError:  # the batch stays due: the last flush sends it
                 self._ledger.ack_failed(index, batch)
@@ -400,8 +400,12 @@ class AsyncWorker(WorkerBase):
                 if lease_s is None:
                     continue  # at-most-once: no lease to keep
                 try:
+                    begun = time.monotonic()
                     await queue.extend(task, lease_s)
                     self._heartbeat_trouble.succeeded()
+                    start_by = self._start_by(index, begun)
+                    if start_by is not None:
+                        self._ledger.extended(index, task, start_by)
                 except LeaseLost:  # its ack may have landed since the list was taken
                     if self._ledger.lease_lost(index, task):
                         log.warning(

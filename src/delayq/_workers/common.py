@@ -359,6 +359,25 @@ class WorkerBase:
         self._ack_trouble = [RedisTrouble(f"acks on {n}", n) for n in names]
         self._heartbeat_trouble = RedisTrouble("lease heartbeat", ", ".join(names))
 
+    def _start_by(self, index: int, confirmed_at: float) -> float | None:
+        """Until when a waiting task of queue ``index`` whose lease Redis last confirmed at
+        ``confirmed_at`` (monotonic) may still be begun: its lease less a margin (a fifth,
+        at most 1 s) for the clocks and the round trip; None without leases. Heartbeats
+        keep two thirds of the lease ahead, so only a lease no extension reached comes
+        near it."""
+        lease_s: float | None = self._policies[index].visibility_timeout
+        if lease_s is None:
+            return None
+        return confirmed_at + lease_s - min(1.0, lease_s / 5)
+
+    def _report_lapsed(self, queue_name: str, tasks: Sequence[Any]) -> None:
+        for task in tasks:
+            log.warning(
+                "delayq worker: lease on %s of %s ran out while it waited in the buffer (no "
+                "extension got through): not run; it is or will be delivered again",
+                printable(task.id), queue_name,
+            )  # fmt: skip
+
     def _forget_troubles(self) -> None:
         """The worker stopped: its loops wait on no outage (outages.py)."""
         for trouble in [*self._fetch_trouble, *self._ack_trouble, self._heartbeat_trouble]:

@@ -73,6 +73,8 @@ class Ledger(Generic[D]):
         self._acks: list[list[Any]] = [[] for _ in range(queues)]  # done, ack not sent
         self._acks_since: list[float] = [0.0] * queues  # when the oldest pending ack came
         self._settling: dict[Key, Any] = {}  # done: its ack is pending or on its way
+        self._start_by: dict[Key, float] = {}  # waiting: run only until then (lease left)
+        self._lapsed: list[Any] = []  # dropped from the buffer by take(): to report
 
     # -- fetching ---------------------------------------------------------------------------
 
@@ -86,12 +88,23 @@ class Ledger(Generic[D]):
             return 0
         return min(free, MAX_BATCH)
 
-    def fetched(self, index: int, tasks: Iterable[Any]) -> None:
-        """Redis leased ``tasks`` to this worker: held (kept alive) from now, waiting to run."""
+    def fetched(self, index: int, tasks: Iterable[Any], start_by: float | None = None) -> None:
+        """Redis leased ``tasks`` to this worker: held (kept alive) from now, waiting to run.
+        ``start_by``: the last moment a handler may begin one while no extension confirms its
+        lease (None: no lease, at-most-once)."""
         waiting = self._waiting[index]
         for task in tasks:
-            self._held[(index, task.id)] = task
+            key = (index, task.id)
+            self._held[key] = task
+            if start_by is not None:
+                self._start_by[key] = start_by
             waiting.append(task)
+
+    def extended(self, index: int, task: Any, start_by: float) -> None:
+        """An extension of ``task``'s lease got through: it may begin until ``start_by``."""
+        key = (index, task.id)
+        if self._held.get(key) is task and key in self._start_by:
+            self._start_by[key] = start_by
 
     def waiting(self, index: int) -> int:
         return len(self._waiting[index])
@@ -102,16 +115,36 @@ class Ledger(Generic[D]):
 
     # -- running ----------------------------------------------------------------------------
 
-    def take(self, index: int, make: Callable[[int, Any], D]) -> D | None:
+    def take(self, index: int, make: Callable[[int, Any], D], now: float | None = None) -> D | None:
         """The next waiting task of queue ``index``, as a running delivery made by ``make``;
-        None if none waits."""
+        None if none waits. A waiting task whose lease may have run out (no extension got
+        through since its ``start_by``: Redis refused or was away) is dropped, not run:
+        another consumer may have it by now. :meth:`lapsed` lists those."""
         waiting = self._waiting[index]
+        now = time.monotonic() if now is None else now
+        while waiting:
+            task = waiting[0]
+            key = (index, task.id)
+            if now <= self._start_by.get(key, now):
+                break
+            waiting.popleft()
+            if self._held.get(key) is task:
+                del self._held[key]
+            del self._start_by[key]
+            self._lapsed.append(task)
         if not waiting:
             return None
-        delivery = make(index, waiting.popleft())
+        task = waiting.popleft()
+        self._start_by.pop((index, task.id), None)  # running: its ack or heartbeat speaks
+        delivery = make(index, task)
         self._running[index][delivery] = None
         self._unsure[index] += 1
         return delivery
+
+    def lapsed(self) -> list[Any]:
+        """The tasks :meth:`take` dropped since the last call (their leases ran out unseen)."""
+        dropped, self._lapsed = self._lapsed, []
+        return dropped
 
     def ended(self, delivery: D) -> bool:
         """``delivery``'s handler slot is free (it finished, or was abandoned). True if its
@@ -134,18 +167,20 @@ class Ledger(Generic[D]):
     # -- settling ---------------------------------------------------------------------------
 
     def done(self, delivery: D, now: float) -> bool:
-        """``delivery``'s handler succeeded: its ack is pending. True if the acks of its queue
-        are due now: wake the ack loop."""
+        """``delivery``'s handler succeeded: its ack is pending. True if the ack loop must look
+        again: the acks of its queue are due now, or this is the first one pending, whose
+        delay starts now (a loop that saw no ack pending sleeps until woken)."""
         index, task = delivery.index, delivery.task
         self._settling[(index, task.id)] = task
         acks = self._acks[index]
-        if not acks:
+        first = not acks
+        if first:
             self._acks_since[index] = now
         acks.append(task)
         if delivery in self._running[index] and delivery not in self._finishing:
             self._finishing.add(delivery)
             self._unsure[index] -= 1
-        return self._acks_due(index, now)
+        return first or self._acks_due(index, now)
 
     def given_back(self, index: int, task: Any) -> None:
         """``task`` is retried, rejected, released or let go: no longer this worker's lease."""
@@ -159,6 +194,8 @@ class Ledger(Generic[D]):
         waiting = self._waiting[index]
         tasks = list(waiting)
         waiting.clear()
+        for task in tasks:
+            self._start_by.pop((index, task.id), None)
         return tasks
 
     def unsettled(self) -> list[tuple[int, Any]]:
@@ -234,6 +271,7 @@ class Ledger(Generic[D]):
         for position, waiting_task in enumerate(waiting):
             if waiting_task is task:
                 del waiting[position]
+                self._start_by.pop(key, None)
                 break
         return True
 

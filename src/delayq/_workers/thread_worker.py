@@ -212,9 +212,7 @@ class Worker(WorkerBase):
                     space.wait(0.5)
                     continue
             try:
-                started = tracing.now_ns()
                 tasks = queue.poll_many(wanted, timeout=self._poll_timeout[index])
-                tracing.record("receive", queue.name, tasks, started)
                 backoff = 0.05
                 self._fetch_trouble[index].succeeded()
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die
@@ -224,8 +222,9 @@ class Worker(WorkerBase):
                 backoff = min(backoff * 2, 5.0)
                 continue
             if tasks:
+                start_by = self._start_by(index, time.monotonic())
                 with self._lock:  # held at once: the heartbeat keeps these leases
-                    ledger.fetched(index, tasks)
+                    ledger.fetched(index, tasks, start_by)
                     self._waiting[index].notify(len(tasks))
             self._counters.last_fetch = time.monotonic()
             self._metrics.heartbeat(queue.name)
@@ -236,9 +235,14 @@ class Worker(WorkerBase):
         while not self._stopping.is_set():
             with self._lock:
                 run = ledger.take(index, _Run)
+                lapsed = ledger.lapsed()
                 if run is None:
                     waiting.wait(0.2)
-                    continue
+            if lapsed:  # their room is free: the fetch need not wait for a handler to end
+                self._report_lapsed(queue.name, lapsed)
+                self._space[index].set()
+            if run is None:
+                continue
             try:
                 self._metrics.handler_started(queue.name)
                 self._process(queue, run)
@@ -369,9 +373,7 @@ class Worker(WorkerBase):
             if not batch:
                 continue
             try:
-                started = tracing.now_ns()
                 acked: list[bool | None] = list(queue.ack_many(batch))
-                tracing.record("settle", queue.name, batch, started)
                 self._ack_trouble[index].succeeded()
             except DelayqError as exc:  # leases stay held: the heartbeat keeps them alive
                 self._counters.redis_errors += 1
@@ -456,8 +458,13 @@ class Worker(WorkerBase):
             if lease_s is None:
                 continue  # at-most-once: no lease to keep
             try:
+                begun = time.monotonic()
                 queue.extend(task, lease_s)
                 self._heartbeat_trouble.succeeded()
+                start_by = self._start_by(index, begun)
+                if start_by is not None:
+                    with self._lock:
+                        self._ledger.extended(index, task, start_by)
             except LeaseLost:
                 with self._lock:  # its ack may have landed since the list was taken
                     news = self._ledger.lease_lost(index, task)

@@ -14,6 +14,7 @@ import typer
 
 from .._core.text import printable
 from .._core.urls import safe_url
+from . import parse
 from .common import CliError, from_source
 from .outboxdb import (
     open_outbox,
@@ -188,6 +189,14 @@ def relay(
     batch_size: Annotated[
         int, typer.Option(min=1, max=5000, metavar="N", help="Rows per database transaction.")
     ] = 500,
+    batch_bytes: Annotated[
+        str,
+        typer.Option(
+            metavar="SIZE",
+            help="At most this many bytes of tasks per transaction (4MiB, 512KiB or bytes); "
+            "a single larger row goes alone.",
+        ),
+    ] = "4MiB",
     sweep_interval: Annotated[
         float,
         typer.Option(
@@ -210,8 +219,11 @@ def relay(
         str, typer.Option(metavar="NAME", help="application_name of its database sessions.")
     ] = "delayq-relay",
     log_level: Annotated[
-        str, typer.Option(metavar="LEVEL", help="DEBUG, INFO, WARNING, ERROR.")
-    ] = "INFO",
+        str | None,
+        typer.Option(
+            metavar="LEVEL", help="DEBUG, INFO, WARNING, ERROR (default INFO; WARNING with --once)."
+        ),
+    ] = None,
     prefix: Annotated[
         list[str] | None,
         typer.Option(
@@ -222,6 +234,32 @@ def relay(
         list[str] | None,
         typer.Option("--queue", metavar="NAME", help="Serve only the rows of this queue (repeat)."),
     ] = None,
+    wait_replicas: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=100,
+            metavar="N",
+            help="Before deleting relayed rows, wait for N replicas to have the tasks "
+            "(Redis WAIT); rows stay and are retried when fewer confirm.",
+        ),
+    ] = 0,
+    wait_aof: Annotated[
+        bool,
+        typer.Option(
+            "--wait-aof",
+            help="Also wait for the append-only files to be fsynced (WAITAOF, Redis 7.2+).",
+        ),
+    ] = False,
+    wait_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            max=60,
+            metavar="SECONDS",
+            help="How long to wait for --wait-replicas / --wait-aof.",
+        ),
+    ] = 1.0,
 ) -> None:
     """Move committed outbox rows into their delayq queues, until SIGTERM or Ctrl-C.
 
@@ -230,32 +268,46 @@ def relay(
     Example: delayq relay --dsn postgresql://app@db/shop --redis redis://cache:6379/0
     """
     from ..outbox import AsyncRelay  # loaded by the outbox commands alone (see open_outbox)
+    from ..outbox._relay import LARGEST_BATCH_BYTES
 
+    most_bytes = parse.size(batch_bytes, "--batch-bytes")
+    if not 1 <= most_bytes <= LARGEST_BATCH_BYTES:
+        raise CliError(f"--batch-bytes must be from 1 byte to 1GiB, got {batch_bytes!r}", code=2)
+
+    if log_level is None:
+        log_level = "WARNING" if once else "INFO"  # a one-shot run is quiet unless in trouble
     level = logging.getLevelName(log_level.upper())
     if not isinstance(level, int):
         raise CliError(f"--log-level: unknown level {log_level!r}", code=2)
     outbox = open_outbox(dsn, table, schema)  # validates the DSN and names before connecting
     require_installed(outbox)
     redis = from_source(redis, "--redis")
+    durability = None
+    if wait_replicas or wait_aof:  # the queues' own outbox formats may still set theirs
+        from .._core.durability import Durability
+
+        durability = Durability(replicas=wait_replicas, aof=wait_aof, timeout=wait_timeout)
     relayer = AsyncRelay(
         from_source(dsn, "--dsn"),
         redis,
         table=outbox.table,
         schema=outbox.schema,
         batch_size=batch_size,
+        batch_bytes=most_bytes,
         sweep_interval=sweep_interval,
         name=name,
         prefixes=prefix or (),
         only_queues=queue or (),
+        durability=durability,
+    )
+    # This command is the program: its log lines (outages, dead rows) go to stderr.
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     if once:
         count = run_db(lambda: asyncio.run(_relay_once(relayer)))
         say_line(f"relayed {count} rows")
         return
-    # This command is the program: its log lines (outages, dead rows) go to stderr.
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
     server = None
     if metrics_port is not None:
         from ..outbox._metrics import serve_relay_metrics  # likewise

@@ -1,4 +1,5 @@
-"""Parsing of command-line values: durations, due times, headers, payloads, handler targets."""
+"""Parsing of command-line values: durations, sizes, due times, headers, payloads, handler
+targets."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from .._core.sizes import parse_size
 from .._core.timing import parse_duration
 
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
@@ -23,6 +25,14 @@ def duration(text: str, option: str) -> float:
     """Seconds from ``1.5``, ``30s``, ``5m``, ``1h30m``, ``250ms`` or ``2d``."""
     try:
         return parse_duration(text, f"duration for {option}")
+    except ValueError as exc:
+        raise BadValue(str(exc)) from None
+
+
+def size(text: str, option: str) -> int:
+    """Bytes from ``4194304``, ``4MiB``, ``512KiB`` or ``1GiB``."""
+    try:
+        return parse_size(text, f"size for {option}")
     except ValueError as exc:
         raise BadValue(str(exc)) from None
 

@@ -30,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .._core.errors_text import error_summary
+from .._core.history import HistoryEvent
 from .._core.models import DeadTask, Stats, TaskInfo
 from .._core.text import printable
 from .._core.timing import format_duration
@@ -342,13 +343,40 @@ def task_table(task: TaskInfo) -> Table:
         ("lease expires", task.lease_expires_at),
         ("died", task.dead_at),
         ("ttl deadline", task.expires_at),
+        ("ended", task.ended_at),
     ):
         if moment:
             rows.append((label, safe(when(moment))))
-    rows.append(("last error", safe(task.last_error or "-", keep_newlines=True)))
-    rows.append(("payload", safe(preview(task.payload, 2000))))
+    if task.ended_at is not None:  # [H] known from its history: the payload went with it
+        rows.append(("how", safe(task.outcome or "-")))
+        rows.append(("payload", safe("- (not kept after the end; see: delayq history ID)")))
+    else:
+        rows.append(("last error", safe(task.last_error or "-", keep_newlines=True)))
+        rows.append(("payload", safe(preview(task.payload, 2000))))
     for name, value in rows:
         table.add_row(name, value)
+    return table
+
+
+def history_table(events: Sequence[HistoryEvent], title: str) -> Table:
+    """[H] A task's history as a timeline: when (UTC, Redis's clock), how long after the
+    first event, what, on which attempt, and the detail (by whom, why, when due)."""
+    table = Table(title=safe(title), **COMPACT)
+    table.add_column("at (UTC)", no_wrap=True)
+    table.add_column("after", no_wrap=True, justify="right")
+    table.add_column("event", no_wrap=True)
+    table.add_column("try", justify="right")
+    table.add_column("detail", overflow="fold")
+    first = events[0].at if events else None
+    for event in events:
+        since = (event.at - first).total_seconds() if first is not None else 0.0
+        table.add_row(
+            event.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+            f"+{format_duration(since)}" if since > 0 else "",
+            safe(event.kind),
+            str(event.attempt) if event.attempt else "",
+            safe(event.detail),
+        )
     return table
 
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .._sync.reshard import finish_reshard, reshard
+from .._sync.reshard import finish_reshard, start_reshard
 from .common import DEFAULT_URL, CliError, PrefixOpt, QueueArg, RedisOpt
 
 app = typer.Typer()  # its command is a top-level one of `delayq` (see app.py)
@@ -40,9 +40,11 @@ def reshard_command(
 ) -> None:
     """Move a live queue to N shards, or end such a move (--finish).
 
-    Nothing is copied: every queue object follows the new layout (at once, or within its
+    Tasks are not copied: every queue object follows the new layout (at once, or within its
     safety interval): new tasks go to the new layout, consumers drain the old one at its
-    tasks' due times. --finish once the old layout is empty.
+    tasks' due times. Recurring schedules are carried to their shard in the new layout.
+    --finish once the old layout is empty. The same command again resumes a move that was
+    cut short.
     """
     if (shards is None) == (not finish):
         raise CliError("give either --shards N or --finish", code=2)
@@ -51,10 +53,14 @@ def reshard_command(
         sys.stdout.write(f"{queue}: reshard finished, {layout} shards\n")
     else:
         assert shards is not None
-        layout = reshard(queue, redis, shards=shards, prefix=prefix)
-        new, _, old = layout.partition("<")
+        started = start_reshard(queue, redis, shards=shards, prefix=prefix)
+        new, _, old = started.layout.partition("<")
         was = "unsharded" if old == "0" else f"{old} shards"
         sys.stdout.write(
             f"{queue}: resharding from {was} to {new} shards; producers and consumers follow, "
             f"the old layout drains at its due times; then: delayq reshard {queue} --finish\n"
         )
+        if started.schedules_moved:
+            sys.stdout.write(
+                f"{queue}: {started.schedules_moved} schedule(s) carried to the new layout\n"
+            )

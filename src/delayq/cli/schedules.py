@@ -40,6 +40,7 @@ def info_json(info: ScheduleInfo) -> dict[str, Any]:
         "tz": s.tz,
         "explain": s.explain(),
         "payload": info.payload,
+        "payload_error": info.payload_error,
         "version": info.version,
         "paused": info.paused,
         "note": info.note,
@@ -56,7 +57,25 @@ def info_json(info: ScheduleInfo) -> dict[str, Any]:
         "manual": info.manual,
         "backfilled": info.backfilled,
         "running": info.running,
+        "tzdata": info.tzdata,
+        "tzdata_source": info.tzdata_source,
     }
+
+
+def payload_text(info: ScheduleInfo) -> str:
+    """The payload as the CLI's queue reads it (JSON codec: msgpack envelopes decode too; a
+    pickled one, or one that cannot be read at all, shows as invalid)."""
+    if info.payload_error is not None:
+        return f"invalid: {info.payload_error}"
+    return render.preview(info.payload)
+
+
+def tzdata_text(info: ScheduleInfo) -> str:
+    if info.schedule.cron is None:
+        return "- (interval times need no time zone)"
+    if info.tzdata is None:
+        return "- (no cron times computed yet)"
+    return f"{info.tzdata} ({info.tzdata_source})"
 
 
 def state_of(info: ScheduleInfo) -> str:
@@ -125,7 +144,8 @@ def show(
          + (f" jitter={info.jitter:g}s" if info.jitter else "")
          + (f" max_fires={info.max_fires}" if info.max_fires else "")),
         ("version", str(info.version)),
-        ("payload", render.preview(info.payload)),
+        ("payload", payload_text(info)),
+        ("tzdata", tzdata_text(info)),
         ("last fire", render.when(info.last_fire and info.last_fire.astimezone(UTC))),
         ("last success", render.when(info.last_success)),
         ("last outcome", info.last_outcome or "-"),

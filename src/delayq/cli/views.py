@@ -158,6 +158,62 @@ def get(
         out.print(render.task_table(info))
 
 
+@app.command("history")
+def task_history(
+    task_id: Annotated[str, typer.Argument(metavar="ID", help="Task id.", show_default=False)],
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            "--queue", "-q", metavar="QUEUE", help="The task's queue (default: every queue)."
+        ),
+    ] = None,
+    redis: RedisOpt = DEFAULT_URL,
+    prefix: PrefixOpt = "dq",
+    json: JsonOpt = False,
+) -> None:
+    """Show one task's history: a timeline of its offer, deliveries, retries, errors and end.
+
+    Only a queue that keeps task histories has them (DelayQueue(..., history=...), see
+    docs/history.md); a task's history lasts the queue's retention after the task ends.
+    Without --queue every queue is searched. --json: a list of {queue, id, events}.
+
+    Example: delayq history 0P7fugl200xqAzF~ --queue orders
+    """
+    with session(redis, prefix) as s:
+        if queue is not None:
+            s.require(queue)
+        names = [queue] if queue is not None else s.registered()
+        found = []
+        for name in names:
+            events = s.queue(name).history(task_id)
+            if events:
+                found.append((name, events))
+        if not found:
+            raise CliError(_no_history(s, task_id, names, queue))
+    if json:
+        render.print_json([{"queue": n, "id": task_id, "events": e} for n, e in found])
+        return
+    for name, events in found:
+        out.print(render.history_table(events, f"task {task_id} in {name}: {len(events)} events"))
+
+
+def _no_history(s: Any, task_id: str, names: list[str], queue: str | None) -> str:
+    """Why no history of the task was found: which of the queues keep histories at all."""
+    keeping = [n for n in names if s.queue(n).history_settings() is not None]
+    where = f"queue {queue!r}" if queue is not None else "any queue"
+    if not keeping:
+        none = f"queue {queue!r} keeps" if queue is not None else "no queue keeps"
+        return (
+            f"no history of task {task_id!r}: {none} task histories (turn them on with "
+            "DelayQueue(..., history=timedelta(days=1)), see docs/history.md)"
+        )
+    kept = "" if queue is not None else f" (those keeping histories: {', '.join(keeping)})"
+    return (
+        f"no history of task {task_id!r} in {where}{kept}: no such task, or it ended longer "
+        "ago than the retention"
+    )
+
+
 @app.command("inspect")
 def inspect_tasks(
     queue: QueueArg,

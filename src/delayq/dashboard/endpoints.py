@@ -17,8 +17,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from .. import TaskState
 from .._core.keys import validate_name
+from .._core.models import HELD_STATES
 from .._core.urls import safe_url
 from ..exceptions import ConfigError, InvalidTaskError
 from . import charts, security, views
@@ -164,7 +164,7 @@ async def queue_page(request: Request) -> Response:
     board = dashboard_of(request)
     name = await queue_name(request)
     state = request.query_params.get("state", "ready")
-    if state not in {s.value for s in TaskState}:
+    if state not in {s.value for s in HELD_STATES}:
         raise HTTPException(404, f"no such state {views.text(state, 40)!r}")
     page = page_number(request)
     q = board.monitor.queue(name)
@@ -202,17 +202,18 @@ async def task_page(request: Request) -> Response:
     board = dashboard_of(request)
     name = await queue_name(request)
     task_id = request.query_params.get("id", "")
+    q = board.monitor.queue(name)
     try:
-        info, now = await asyncio.gather(
-            board.monitor.queue(name).get(task_id), board.monitor.server_now()
+        info, events, now = await asyncio.gather(
+            q.get(task_id), q.history(task_id), board.monitor.server_now()
         )
     except InvalidTaskError as exc:
         raise HTTPException(404, str(exc)) from exc
-    if info is None and not request.query_params.get("done"):
+    if info is None and not events and not request.query_params.get("done"):
         raise HTTPException(404, f"queue {name} has no task {views.text(task_id, 200)!r}")
     return render(
         request, "task.html", name=name, task_id=task_id, info=info, now=now,
-        done=done_message(request),
+        done=done_message(request), events=events,
     )  # fmt: skip
 
 

@@ -238,8 +238,9 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
     (
         "delayq_limit_throttled",
         "counter",
-        "Tasks held back, by reason: rate, concurrency, queued (behind its key's waiting "
-        "tasks), ratelimited (a handler's RateLimited).",
+        "Tasks held back, by reason: rate, concurrency (each time their key is held back "
+        "while they wait), ratelimited (a handler's RateLimited); per key for the 10 keys "
+        "held back most, key _all: the queue's total.",
     ),
     ("delayq_exporter_up", "gauge", "1 if Redis answered this scrape, else 0."),
     (
@@ -260,7 +261,16 @@ def bounded(rows: Sequence[Stats], most: int) -> list[Stats]:
     shown, rest = ranked[: most - 1], ranked[most - 1 :]
     other = sharding.merged_stats(OTHER, rest)
     totals = {"": other.limit_waiting.get("", 0)}, {"": other.limit_running.get("", 0)}
-    return [*shown, replace(other, shards=(), limit_waiting=totals[0], limit_running=totals[1])]
+    return [
+        *shown,
+        replace(
+            other,
+            shards=(),
+            limit_waiting=totals[0],
+            limit_running=totals[1],
+            limit_throttled={},  # per key of many queues: unbounded; the counters keep totals
+        ),
+    ]
 
 
 def grouped(
@@ -324,9 +334,12 @@ def grouped(
             values = stats.limit_waiting if gauge is waiting else stats.limit_running
             for key, value in values.items():
                 gauge.append((name, (*q, ("key", key or "_all")), value))
-        for reason in ("rate", "concurrency", "queued", "ratelimited"):
+        for reason in ("rate", "concurrency", "ratelimited"):
             value = stats.counters.get(f"throttled:{reason}", 0)
-            throttled.append(("delayq_limit_throttled_total", (*q, ("reason", reason)), value))
+            per_key = {"_all": value, **stats.limit_throttled.get(reason, {})}
+            for key, held in per_key.items():
+                key_labels = (*q, ("key", key or "_all"), ("reason", reason))
+                throttled.append(("delayq_limit_throttled_total", key_labels, held))
     up_.append(("delayq_exporter_up", (), 1 if up else 0))
     duration.append(("delayq_exporter_scrape_duration_seconds", (), seconds))
     return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -49,7 +50,7 @@ from ._apply import (
 )
 from ._conn import check_dsn, require_psycopg
 from ._rows import Claimed, QueueFormat, check_row
-from ._schema import DEFAULT_BATCH, Schema, for_psycopg
+from ._schema import DEFAULT_BATCH, DEFAULT_BATCH_BYTES, Schema, for_psycopg
 
 log = logging.getLogger("delayq.outbox")
 
@@ -61,6 +62,7 @@ DEFAULT_RECONNECT_S: Final = 5.0  # a Redis call's retries before the batch roll
 _RETRY_BATCH: Final = (RedisUnavailable, ServerError, NotDurable)
 _DEFAULT_FORMAT: Final = QueueFormat()
 _LONGEST_WAIT_S: Final = 3600.0  # sweep_interval, max_backoff: inf or nan would never wake
+LARGEST_BATCH_BYTES: Final = 1 << 30  # batch_bytes: a GiB a batch would bound nothing useful
 _LOGGED_CHARS: Final = 500  # of a row's error in a log line (the table keeps 4,000)
 _SESSION_DEFAULTS: Final = {
     "connect_timeout": 10,
@@ -130,6 +132,9 @@ class RelayStats:
     database_errors: int = 0
     duplicates: int = 0  # rows claimed again after they were applied: refused by Redis
     missing: int = 0  # cancels and reschedules that found no waiting task
+    # Bytes of envelopes and options the last batch, and the largest one, brought into memory.
+    last_batch_bytes: int = 0
+    largest_batch_bytes: int = 0
 
 
 class AsyncRelay:
@@ -144,6 +149,10 @@ class AsyncRelay:
             node, not one per queue.
         table, schema: the outbox table, as given to the ``Outbox``.
         batch_size: rows claimed per database transaction.
+        batch_bytes: and at most this many bytes of envelopes and options per transaction
+            (default 4 MiB): the claim stops counting rows in at the bound, so a batch brings
+            at most that much into memory (a single larger row goes alone; one over its
+            queue's ``max_payload_bytes`` goes dead unread).
         sweep_interval: seconds between looks at the table when no notification arrives;
             only bounds the delay of a row whose notification was lost.
         reconnect_timeout: how long one Redis call keeps retrying before the batch rolls
@@ -173,6 +182,7 @@ class AsyncRelay:
         table: str = "delayq_outbox",
         schema: str | None = None,
         batch_size: int = DEFAULT_BATCH,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
         sweep_interval: float = 5.0,
         reconnect_timeout: Duration | None = None,
         max_backoff: float = 5.0,
@@ -191,6 +201,15 @@ class AsyncRelay:
         check_dsn(dsn)
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ConfigError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if (
+            not isinstance(batch_bytes, int)
+            or isinstance(batch_bytes, bool)
+            or not 1 <= batch_bytes <= LARGEST_BATCH_BYTES
+        ):
+            raise ConfigError(
+                f"batch_bytes must be an int from 1 to {LARGEST_BATCH_BYTES} (1 GiB), "
+                f"got {batch_bytes!r}"
+            )
         for name, value in (("sweep_interval", sweep_interval), ("max_backoff", max_backoff)):
             if (
                 not isinstance(value, int | float)
@@ -236,7 +255,7 @@ class AsyncRelay:
         if isinstance(prefixes, str) or isinstance(only_queues, str):
             raise ConfigError("prefixes and only_queues are lists of names, not one string")
         self._claim_batch = self._schema.claim_batch(
-            batch_size, self._max_row_bytes, list(prefixes), list(only_queues)
+            batch_size, self._max_row_bytes, list(prefixes), list(only_queues), batch_bytes
         )
         self._bury = for_psycopg(self._schema.bury)
         self._batch = batch_size
@@ -351,7 +370,8 @@ class AsyncRelay:
                         await self._drain(work)
                     except _RETRY_BATCH as exc:  # the batch rolled back: rows wait for Redis
                         self.stats.redis_errors += 1
-                        await self._pause(self._outage.failed("Redis", truncated(str(exc))))
+                        error = f"{type(exc).__name__}: {truncated(str(exc))}"  # NotDurable...
+                        await self._pause(self._outage.failed("Redis", error))
                         continue
                     # Only a batch that went through ends an outage (not a reconnect: a
                     # commit that fails each time would otherwise retry at the first pace).
@@ -390,7 +410,8 @@ class AsyncRelay:
                 while cur.description is None and cur.nextset():
                     pass  # past BEGIN's and DECLARE's results to FETCH's rows
                 names = [c.name for c in cur.description]
-                rows = [dict(zip(names, r, strict=True)) for r in await cur.fetchall()]
+                fetched = [dict(zip(names, r, strict=True)) for r in await cur.fetchall()]
+                rows = self._within_bytes(fetched)
                 done, dead, missed = await self._apply(rows) if rows else ([], [], [])
                 for seq, error in dead:
                     await conn.execute(self._bury, {"seq": seq, "error": error[:4000]})
@@ -405,9 +426,24 @@ class AsyncRelay:
             self.stats.batches += 1
             self.stats.last_lag_s = max(float(r["age_s"]) for r in rows)
             handled += len(rows)
-            if len(rows) < self._batch:
-                return handled
+            if len(fetched) < self._batch and len(rows) == len(fetched):
+                return handled  # the table had no more (rows left by the byte bound wait)
         return handled
+
+    def _within_bytes(self, fetched: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The claimed rows within ``batch_bytes`` (the claim marks them ``in_batch``; those
+        after came without their envelopes and stay pending for the next batch). Their bytes,
+        as received, go to the stats: the measure of the bound."""
+        rows = list(itertools.takewhile(lambda row: row["in_batch"], fetched))
+        size = sum(len(r["envelope"] or b"") + len((r["options"] or "").encode()) for r in fetched)
+        self.stats.last_batch_bytes = size
+        self.stats.largest_batch_bytes = max(self.stats.largest_batch_bytes, size)
+        if len(rows) < len(fetched):
+            log.debug(
+                "outbox relay: batch cut at %d of %d rows by batch_bytes (%d bytes)",
+                len(rows), len(fetched), size,
+            )  # fmt: skip
+        return rows
 
     async def _settle(self) -> None:
         try:

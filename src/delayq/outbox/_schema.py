@@ -34,6 +34,8 @@ _IDENT: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,50}")
 _PARAM: Final = re.compile(r"(?<![:\w]):([a-z_]\w*)")
 # Rows a relay claims per transaction by default: one offer script call per queue per batch.
 DEFAULT_BATCH: Final = 500
+# And at most this many bytes of envelopes and options per batch (one larger row goes alone).
+DEFAULT_BATCH_BYTES: Final = 4 << 20
 OPS: Final = ("offer", "cancel", "reschedule")
 _LONGEST_CHANNEL: Final = 63  # PostgreSQL's NAMEDATALEN - 1: a longer channel name fails
 
@@ -192,34 +194,60 @@ class Schema:
         max_row_bytes: int = 1 << 20,
         prefixes: Sequence[str] = (),
         queues: Sequence[str] = (),
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
     ) -> str:
         """The pending rows no other relay holds, in ``seq`` order, each the earliest pending
         row of its task (so a task's rows are applied in order, whichever relays run), locked
         until the claiming transaction ends. ``due_ms`` of a relative row comes back as what
         is left of its delay on the database's clock (a negative one as it is, to be refused).
 
+        Bounded in bytes: ``in_batch`` is true for the rows whose envelopes and options, summed
+        in ``seq`` order, stay within ``batch_bytes`` (and for the first row, whatever its
+        size: it goes alone); the rows after them come back without their envelope and options
+        (a few dozen bytes each), and the relay leaves them pending for its next batch. So a
+        batch never brings more than ``batch_bytes`` (or one row) of payloads into the relay's
+        memory, however many rows it counts. A row over ``max_row_bytes`` is not read at all
+        (it goes dead by its size) and counts nothing.
+
         Run as a cursor and FETCHed a batch at a time: a cursor is planned for its first rows
         (an index walk in ``seq`` order, one index probe per row for the earlier-row check,
         stopping at the batch), whatever the statistics say. A queue table's statistics are
         always stale (empty one minute, 50,000 rows the next); planned with them, a plain
-        ``LIMIT`` sorted the whole backlog for every batch.
+        ``LIMIT`` sorted the whole backlog for every batch. The running sum is a window over
+        the locked rows in the order they come (a ``ROWS`` frame with no ``ORDER BY``: an
+        ``ORDER BY seq`` there made the planner sort, and so lock, the whole backlog), so the
+        walk still stops at the batch (the window reads, and locks, one row beyond it).
         """
         t = self.qualified
-        return (
+        readable = f"octet_length(o.envelope) <= {int(max_row_bytes)}"
+        locked = (
             "SELECT o.seq, o.prefix, o.queue, o.task_id, o.op, o.due_kind, "
             "CASE WHEN o.due_kind = 'd' AND o.due_ms >= 0 THEN GREATEST(0, o.due_ms - CAST(floor("
             "extract(epoch FROM clock_timestamp() - o.created) * 1000) AS bigint)) "
             "ELSE o.due_ms END AS due_ms, "
             # A row over the relay's largest max_payload_bytes is not even read (it goes dead
-            # by its size): a batch holds at most batch x that many bytes of envelopes.
-            f"CASE WHEN octet_length(o.envelope) <= {int(max_row_bytes)} THEN o.envelope END "
-            "AS envelope, octet_length(o.envelope) AS envelope_bytes, "
-            "o.options, o.dedup, CAST(o.apply_id AS text) AS apply_id, "
+            # by its size).
+            f"CASE WHEN {readable} THEN o.envelope END AS envelope, "
+            "octet_length(o.envelope) AS envelope_bytes, o.options, "
+            f"CASE WHEN {readable} THEN octet_length(o.envelope) ELSE 0 END "
+            "+ octet_length(o.options) AS read_bytes, "
+            "o.dedup, CAST(o.apply_id AS text) AS apply_id, "
             "CAST(extract(epoch FROM clock_timestamp() - o.created) AS float8) AS age_s "
             f"FROM {t} o WHERE o.status = 'pending' {_scope(prefixes, queues)}AND o.seq = ("
             f"SELECT p.seq FROM {t} p WHERE p.queue = o.queue AND p.task_id = o.task_id "
             "AND p.status = 'pending' AND p.prefix = o.prefix ORDER BY p.seq LIMIT 1) "
             "ORDER BY o.seq FOR UPDATE OF o SKIP LOCKED"
+        )
+        counted = (
+            f"SELECT r.*, (sum(r.read_bytes) OVER w <= {int(batch_bytes)} "
+            "OR row_number() OVER w = 1) AS in_batch "
+            f"FROM ({locked}) r WINDOW w AS (ROWS UNBOUNDED PRECEDING)"
+        )
+        return (
+            "SELECT c.seq, c.prefix, c.queue, c.task_id, c.op, c.due_kind, c.due_ms, "
+            "CASE WHEN c.in_batch THEN c.envelope END AS envelope, c.envelope_bytes, "
+            "CASE WHEN c.in_batch THEN c.options END AS options, c.dedup, "
+            f"c.apply_id, c.age_s, c.in_batch FROM ({counted}) c"
         )
 
     def claim_batch(
@@ -228,11 +256,12 @@ class Schema:
         max_row_bytes: int = 1 << 20,
         prefixes: Sequence[str] = (),
         queues: Sequence[str] = (),
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
     ) -> str:
         """BEGIN, then :meth:`claim` as a cursor and its first ``batch`` rows: one round trip
-        (simple query protocol, no parameters: ``batch`` and ``max_row_bytes`` are ints, the
-        scope's names were checked by :func:`_scope`)."""
-        claim = self.claim(max_row_bytes, prefixes, queues)
+        (simple query protocol, no parameters: ``batch``, ``max_row_bytes`` and
+        ``batch_bytes`` are ints, the scope's names were checked by :func:`_scope`)."""
+        claim = self.claim(max_row_bytes, prefixes, queues, batch_bytes)
         return (
             f"BEGIN; DECLARE delayq_claim NO SCROLL CURSOR FOR {claim}; "
             f"FETCH FORWARD {int(batch)} FROM delayq_claim"

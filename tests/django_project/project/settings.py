@@ -6,6 +6,8 @@ over in the environment: ``DELAYQ_TEST_DB`` (database name), ``REDIS_URL``, ``DE
 
 import os
 
+from delayq import Durability
+
 SECRET_KEY = "test-only"  # a test project, never deployed
 DEBUG = False
 ALLOWED_HOSTS = ["testserver", "127.0.0.1", "localhost"]
@@ -30,11 +32,22 @@ DATABASES = {
     }
 }
 
+# Offers of the orders queue confirmed by one replica, within DELAYQ_TEST_DURABILITY_S seconds
+# (the delayq_relay test on a master with a replica sets it; others run without).
+_DURABILITY = (
+    {"durability": Durability(replicas=1, timeout=float(os.environ["DELAYQ_TEST_DURABILITY_S"]))}
+    if os.environ.get("DELAYQ_TEST_DURABILITY_S")
+    else {}
+)
+
 DELAYQ = {
     "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
     "PREFIX": os.environ.get("DELAYQ_PREFIX", "dq"),
     "QUEUES": {
-        "orders": {"HANDLER": "shop.tasks.close_order", "OPTIONS": {"visibility_timeout": 10}},
+        "orders": {
+            "HANDLER": "shop.tasks.close_order",
+            "OPTIONS": {"visibility_timeout": 10, **_DURABILITY},
+        },
         # Slow handlers, for the worker command's graceful stop (tests/integration/test_django.py).
         "receipts": {"HANDLER": "shop.tasks.send_receipt", "OPTIONS": {"visibility_timeout": 30}},
     },

@@ -200,7 +200,9 @@ def test_tasks_due_while_no_client_runs_are_caught_up(
         got: list[Any] = consumer.poll_many(n // 2, timeout=5)
         while len(got) < n:
             got.append(consumer.take())
-        assert time.monotonic() - started < 1.0
+        # No wait for a wake-up: a missed one would cost the safety interval (10 s); a
+        # loaded machine has taken 1.007 s for the 51 round trips.
+        assert time.monotonic() - started < 3.0
         assert {t.id for t in got} == set(ids)
         assert all(t.lateness_ms >= 300 for t in got)
         assert all(consumer.ack_many(got))

@@ -22,7 +22,13 @@ local SCHED_LOW = 8  -- fewer cron times ahead than this: ask the client for mor
 -- ordinary delayed task, handed out by the wake plan to the millisecond, and a burst of fires
 -- costs its steps before it, not at it.
 local SCHED_LEAD_MS = 1000
-local flow_seen = {}  -- [L] per call: which flow-control keys exist (see lease_ended)
+local flow_seen = {}  -- [L] per call: which flow-control keys exist (see flow_probe)
+-- [L] The keys behind each of flow_seen's fields (roles under the queue's prefix).
+local FLOW_KEYS = {pause = {'pause'}, limits = {'lim'}, ready = {'lim:ready'},
+  gated = {'lim:hold', 'lim:gate'}, held = {'lim:held'}, task = {'lim:task'}}
+local UNKEYED = '~none'  -- [L] the line of tasks offered without a limit key to a keyed queue
+local fair_memo = {}  -- [L] per call: the virtual time, read once (it changes only at the end)
+local hist_conf = nil  -- [H] per call: the queue's history settings, false when off
 
 -- One clock for everybody: the server's. Returns now in whole ms and, second, the next whole
 -- ms: a positive delay counts from there, so a task is never due before now + delay.
@@ -86,21 +92,137 @@ end
 -- own prefix (`prefix:{name}:` + role), so they share its hash tag and cluster slot.
 local function flow_key(role) return string.sub(K_COUNTERS, 1, -9) .. role end
 
--- Which flow-control state the queue has (pause, limits, holds, gates, held slots, tasks'
--- limit keys), looked up once per call: one EXISTS for a queue that uses none of it.
+-- [L] n tasks of limit key held back for reason: the queue's count and the key's (a sorted
+-- set per reason, so stats reads the keys with the most in O(log K)).
+local function count_throttled(key, reason, n)
+  if n == 0 then return end
+  count('throttled:' .. reason, n)
+  redis.call('ZINCRBY', flow_key('lim:thr:' .. reason), n, key)
+end
+
+-- Which flow-control state the queue has (pause, limits, keys in line, holds or gates, held
+-- slots, tasks' limit keys): one EXISTS for a queue that uses none of it; otherwise each
+-- field is looked up the first time a step asks (flow_seen.lim: limits, keys in line, a
+-- hold or a gate, so fetch takes the limited path), once per call.
+-- [H] The same EXISTS tells whether the queue keeps task histories (flow_seen.hist): it
+-- names the history settings key more times than there are flow-control keys, and EXISTS
+-- counts a key each time it is named, so the count tells both apart.
 local function flow_probe()
-  if flow_seen.held ~= nil then return end
-  local pause, lim, hold = flow_key('pause'), flow_key('lim'), flow_key('lim:hold')
-  local gate, held, task = flow_key('lim:gate'), flow_key('lim:held'), flow_key('lim:task')
-  if redis.call('EXISTS', pause, lim, hold, gate, held, task) == 0 then
-    flow_seen.pause, flow_seen.lim, flow_seen.held, flow_seen.task = false, false, false, false
-  else
-    flow_seen.pause = redis.call('EXISTS', pause) == 1
-    -- limits, a RateLimited hold or a parked key's gate: fetch takes the limited path
-    flow_seen.lim = redis.call('EXISTS', lim, hold, gate) > 0
-    flow_seen.held = redis.call('EXISTS', held) == 1
-    flow_seen.task = redis.call('EXISTS', task) == 1
+  if rawget(flow_seen, 'any') ~= nil then return end
+  local all = {}
+  for _, roles in pairs(FLOW_KEYS) do
+    for _, role in ipairs(roles) do all[#all + 1] = flow_key(role) end
   end
+  local weight = #all + 1
+  for _ = 1, weight do all[#all + 1] = flow_key('hist') end
+  local found = redis.call('EXISTS', unpack(all))
+  local any = found % weight > 0
+  flow_seen.any = any
+  flow_seen.hist = found >= weight
+  setmetatable(flow_seen, {__index = function(seen, field)
+    local found = false
+    if any and field == 'lim' then
+      found = seen.limits or seen.ready or seen.gated
+    elseif any and FLOW_KEYS[field] then
+      local keys = {}
+      for _, role in ipairs(FLOW_KEYS[field]) do keys[#keys + 1] = flow_key(role) end
+      found = redis.call('EXISTS', unpack(keys)) > 0
+    end
+    rawset(seen, field, found)
+    return found
+  end})
+end
+
+-- [H] Task history (issue #22, docs/history.md), opt-in per queue. Its keys hang off the
+-- queue's prefix, so they share its hash tag:
+--   hist       HASH ret (ms a history is kept once its task ended), max (events kept per
+--              task), bytes (most bytes of an event's detail). Absent: history is off.
+--   hist:<id>  LIST one task's events, oldest first, each 'ms|kind|attempt|detail'; no
+--              expiry while the task lives, the retention from its end
+-- Each event is written by the script that makes the change it records, in the same atomic
+-- step. The counters hash's field 'hist' mirrors the settings' presence for the offer
+-- scripts, whose one look at counters (HMGET retired hist) then costs no other command.
+
+-- The history settings ({ret, max, bytes}) or false; known: the caller saw the mirror.
+local function hist_settings(known)
+  if hist_conf == nil then
+    if not known then flow_probe() end
+    hist_conf = false
+    if known or flow_seen.hist then
+      local v = redis.call('HMGET', flow_key('hist'), 'ret', 'max', 'bytes')
+      if v[1] then
+        hist_conf = {ret = tonumber(v[1]), max = tonumber(v[2]), bytes = tonumber(v[3])}
+      end
+    end
+  end
+  return hist_conf
+end
+
+-- A detail on one line, cut to n bytes at a character boundary (ending in an ellipsis).
+local function hist_cut(text, n)
+  text = string.gsub(text, '%s+', ' ')
+  if #text <= n then return text end
+  local cut = n - 3
+  while cut > 0 and string.byte(text, cut + 1) >= 128 and string.byte(text, cut + 1) < 192 do
+    cut = cut - 1
+  end
+  return string.sub(text, 1, cut) .. '\226\128\166'
+end
+
+-- A duration as timing.format_duration writes it: 250ms, 4.2s, 5m03s, 2h05m, 3d04h.
+local function hist_span(ms)
+  if ms < 1000 then return string.format('%dms', ms) end
+  if ms < 60000 then return string.format('%.1fs', ms / 1000) end
+  local s = math.floor(ms / 1000)
+  if s < 3600 then return string.format('%dm%02ds', math.floor(s / 60), s % 60) end
+  if s < 86400 then
+    return string.format('%dh%02dm', math.floor(s / 3600), math.floor(s % 3600 / 60))
+  end
+  return string.format('%dd%02dh', math.floor(s / 86400), math.floor(s % 86400 / 3600))
+end
+
+local function hist_due(due, now)
+  if due <= now then return 'due now' end
+  return 'due in ' .. hist_span(due - now)
+end
+
+-- Record one event of task id (h: the settings). ends: the task left the queue for good,
+-- so its history is kept for the retention from now.
+local function hist_add(h, id, now, kind, attempt, detail, ends)
+  local key = flow_key('hist:' .. id)
+  local n = redis.call('RPUSH', key, fmt(now) .. '|' .. kind .. '|' .. (attempt or 0) .. '|'
+    .. hist_cut(detail or '', h.bytes))
+  if n > h.max then
+    -- Keep the first event (the offer) and the latest ones; the second entry counts those
+    -- dropped (at the time of the last), however far over max the list is (max lowered).
+    local head = redis.call('LRANGE', key, 0, 1)
+    local before = tonumber(string.match(head[2], '^%d+|trimmed|%d+|(%d+)$') or '0')
+    local last_dropped = redis.call('LINDEX', key, -(h.max - 1))
+    redis.call('LTRIM', key, -(h.max - 2), -1)
+    local dropped = before + (n - 1 - (before > 0 and 1 or 0)) - (h.max - 2)
+    redis.call('LPUSH', key, string.match(last_dropped, '^%d+') .. '|trimmed|0|' .. dropped,
+      head[1])
+  end
+  if ends then
+    redis.call('PEXPIRE', key, h.ret)
+  elseif n > 1 and (kind == 'offered' or kind == 'dead-lettered') then
+    redis.call('PERSIST', key)  -- back after an end (an id offered again, an undecodable
+  end                           -- at-most-once task buried): it lives again
+end
+
+-- Record one event of a live task, its attempt (deliveries so far) read unless given.
+local function hist_note(id, now, kind, detail, attempt)
+  local h = hist_settings()
+  if not h then return end
+  hist_add(h, id, now, kind, attempt or redis.call('HGET', K_ATTEMPTS, id), detail, false)
+end
+
+-- Record that tasks ended (acked, cancelled, expired, purged): before their attempts go.
+local function hist_ended(ids, now, kind, detail)
+  local h = hist_settings()
+  if not h or #ids == 0 then return end
+  local tries = redis.call('HMGET', K_ATTEMPTS, unpack(ids))
+  for k, id in ipairs(ids) do hist_add(h, id, now, kind, tries[k], detail, true) end
 end
 
 -- Whether the queue is paused at now, and until when (0: until resumed). An unpaused queue
@@ -127,18 +249,29 @@ end
 --   lim:tat    HASH limit key -> GCRA theoretical arrival time, epoch us
 --   lim:run    HASH limit key -> leases held ('*': all leases handed out under limits)
 --   lim:held   HASH task id -> the limit key its lease holds a slot of ('' = only '*')
---   lim:w:<k>  ZSET parked task id -> its score in the delayed set (order kept)
---   lim:gate   ZSET limit key -> ms its parked head may run again (a rate limit's exact
---              retry-after; '*': when the queue may hand out again)
+--   lim:w:<k>  ZSET due task id of key k -> its score in the delayed set (order kept);
+--              '~none' holds the tasks offered without a key, once any task has one
+--   lim:ready  ZSET limit key -> virtual finish tag of its next task: the keys with tasks
+--              waiting that may start one, served lowest tag first (fairness, below)
+--   lim:vt     STRING the virtual time: the tag of the task handed out last
+--   lim:gate   ZSET limit key -> ms its next task may run (a rate limit's exact retry-after
+--              or a RateLimited hold's end; '*': when the queue may hand out again)
 --   lim:full   SET limit keys at their concurrency cap with tasks waiting ('*' too)
 --   lim:hold   HASH limit key -> ms until which a handler's RateLimited holds it ('*': a
 --              task without a limit key raised it: the whole queue waits)
--- A key with parked tasks always has a way back: a gate time, or a place in lim:full that
--- the next lease to end takes up (one freed slot re-admits one waiter).
+-- A key with tasks waiting is in exactly one of lim:ready, lim:gate and lim:full: it waits
+-- for its turn, for a time, or for the next lease of its key to end.
+--
+-- Fairness is self-clocked fair queueing: a key joining lim:ready gets the tag vt + 1/weight
+-- (served within one round, whatever the backlog of others), and each task handed out moves
+-- its key's tag 1/weight further: keys share the hand-outs in proportion to their weights,
+-- in O(log K) per key served. Runs of one key's tasks go out in one ZPOPMIN.
+
 local function limit_of(spec)
   if not spec then return nil end
-  local rate, per, burst, conc = string.match(spec, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|')
-  local lim = {conc = tonumber(conc)}
+  local rate, per, burst, conc, weight =
+    string.match(spec, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)')
+  local lim = {conc = tonumber(conc), weight = tonumber(weight) or 1}
   if rate ~= '' then
     lim.rate = tonumber(rate)
     lim.t = tonumber(per) / lim.rate  -- emission interval, us
@@ -148,20 +281,32 @@ local function limit_of(spec)
   return lim
 end
 
+-- The limit that applies to key: its own, or (a task's key) the default.
+local function limit_spec(key)
+  local spec = redis.call('HGET', flow_key('lim'), key)
+  if not spec and key ~= '*' and key ~= UNKEYED then
+    spec = redis.call('HGET', flow_key('lim'), '~default')
+  end
+  return spec
+end
+
 local function parked_key(key) return flow_key('lim:w:' .. key) end
 
--- Put a parked key's first n waiters back in the delayed set, under their own scores (so
--- they come first, in their order): ids and scores.
-local function readmit(key, n)
-  local head = redis.call('ZPOPMIN', parked_key(key), n)
-  if #head == 0 then return head end
-  local fields = {}
-  for i = 1, #head, 2 do
-    fields[#fields + 1] = head[i + 1]
-    fields[#fields + 1] = head[i]
-  end
-  redis.call('ZADD', K_DELAYED, unpack(fields))
-  return head
+local function tag(x) return string.format('%.17g', x) end
+
+-- key has tasks waiting and may start one: it takes its turn (a key already in line keeps
+-- its place).
+local function fair_join(key, weight)
+  if not fair_memo.vt then fair_memo.vt = tonumber(redis.call('GET', flow_key('lim:vt')) or '0') end
+  redis.call('ZADD', flow_key('lim:ready'), 'NX', tag(fair_memo.vt + 1 / (weight or 1)), key)
+end
+
+-- key may start tasks again (a gate opened, a slot freed, its limit changed): in line, if
+-- it has any waiting.
+local function fair_rejoin(key)
+  if key == '*' or redis.call('EXISTS', parked_key(key)) == 0 then return end
+  local lim = limit_of(limit_spec(key))
+  fair_join(key, lim and lim.weight)
 end
 
 local function wake_now(now)
@@ -170,58 +315,48 @@ local function wake_now(now)
 end
 
 -- [L] hook: the leases of ids ended (ack, nack/retry/release/reject, lease expiry, purge).
--- Frees their concurrency slots; a key (or '*') at its cap with tasks waiting re-admits one
--- waiter per freed slot, and the call sends one wake. One EXISTS for a queue without limits.
+-- Frees their concurrency slots; a key (or '*') at its cap with tasks waiting gets back in
+-- line (the next fetch starts as many as slots are free), and the call sends one wake. One
+-- EXISTS for a queue without limits.
 local function lease_ended(ids, now)
   flow_probe()
   if not flow_seen.held or #ids == 0 then return end
   local held_key, run, full = flow_key('lim:held'), flow_key('lim:run'), flow_key('lim:full')
   local keys = redis.call('HMGET', held_key, unpack(ids))
-  local gone, wake = {}, false
+  local gone, freed, wake = {}, {}, false
   for k, id in ipairs(ids) do
     local key = keys[k]
     if key then
       gone[#gone + 1] = id
-      local charged = {'*'}
-      if key ~= '' then charged[2] = key end
-      for _, c in ipairs(charged) do
-        if redis.call('HINCRBY', run, c, -1) <= 0 then redis.call('HDEL', run, c) end
-        if redis.call('SISMEMBER', full, c) == 1 then
-          wake = true
-          if c == '*' or #readmit(c, 1) == 0 or redis.call('EXISTS', parked_key(c)) == 0 then
-            redis.call('SREM', full, c)
-          end
-        end
-      end
+      freed['*'] = (freed['*'] or 0) + 1
+      if key ~= '' then freed[key] = (freed[key] or 0) + 1 end
+    end
+  end
+  for key, n in pairs(freed) do  -- one count and one look per key, however many ended
+    if redis.call('HINCRBY', run, key, -n) <= 0 then redis.call('HDEL', run, key) end
+    if redis.call('SREM', full, key) == 1 then
+      wake = true
+      fair_rejoin(key)
     end
   end
   if #gone > 0 then redis.call('HDEL', held_key, unpack(gone)) end
   if wake then wake_now(now) end
 end
 
--- [L] The fetch step of a queue with limits: the due tasks (id, score pairs, in order) that
--- may be handed out now, at most want. Over-limit ones are parked per key (behind that key's
--- earlier waiters: order kept) with the key gated until its exact retry-after, or listed in
--- lim:full; nothing is counted as an attempt. At most want + scan tasks are looked at.
--- Returns the pairs, the limit of each id handed (for limits_charge), and when the whole
--- queue ('*') may hand out next if it may not now (ms; -1: when a lease ends).
+-- [L] The fetch step of a queue with limits or limit keys: the due tasks (id, score pairs)
+-- that may be handed out now, at most want. Keyed queues move their due tasks (at most
+-- want + scan a call) into their keys' lines and serve the keys fairly; a key over its limit
+-- leaves the line for lim:gate (until its exact retry-after) or lim:full. Nothing is counted
+-- as an attempt. Returns the pairs, the limit key of each id handed (for limits_charge), and
+-- when the whole queue ('*') may hand out next if it may not now (ms; -1: when a lease ends).
 local function limited_due(want, scan, now_us, leased)
   flow_probe()
   local now = math.floor(now_us / 1000)
-  local LIM, TAT, RUN = flow_key('lim'), flow_key('lim:tat'), flow_key('lim:run')
-  local GATE, FULL = flow_key('lim:gate'), flow_key('lim:full')
-  local specs, tats, runs, heads, changed, holds = {}, {}, {}, {}, {}, {}
-  local HOLD = flow_key('lim:hold')
-  local default = false
+  local TAT, RUN, HOLD = flow_key('lim:tat'), flow_key('lim:run'), flow_key('lim:hold')
+  local GATE, FULL, READY = flow_key('lim:gate'), flow_key('lim:full'), flow_key('lim:ready')
+  local specs, tats, runs, holds, changed = {}, {}, {}, {}, {}
   local function limit_for(key)
-    if specs[key] == nil then
-      local spec = redis.call('HGET', LIM, key)
-      if not spec and key ~= '*' and key ~= '' then
-        if default == false then default = redis.call('HGET', LIM, '~default') or nil end
-        spec = default
-      end
-      specs[key] = limit_of(spec) or false
-    end
+    if specs[key] == nil then specs[key] = limit_of(limit_spec(key)) or false end
     return specs[key]
   end
   local function tat_of(key)
@@ -243,110 +378,172 @@ local function limited_due(want, scan, now_us, leased)
     end
     return holds[key]
   end
-  -- nil if key's limit lets one more start now, else 'full' or the retry-after (ms)
-  local function refusal(key, lim)
+  -- How many of key's tasks may start now; 0 and why not: 'full' or the ms they may.
+  local function allowance(key, lim)
     local hold = held_until(key)
-    if hold > now then return hold end
-    if not lim then return nil end
-    if leased and lim.conc and running(key) >= lim.conc then return 'full' end
-    if lim.rate then
-      local allow = tat_of(key) - lim.tau
-      if allow > now_us then return math.ceil(allow / 1000) end
+    if hold > now then return 0, hold end
+    if not lim then return math.huge end
+    local n = math.huge
+    if leased and lim.conc then
+      n = lim.conc - running(key)
+      if n <= 0 then return 0, 'full' end
     end
-    return nil
+    if lim.rate then
+      local allow = tat_of(key) - lim.tau  -- when the next one may start
+      if allow > now_us then return 0, math.ceil(allow / 1000) end
+      n = math.min(n, math.floor((now_us - allow) / lim.t) + 1)
+    end
+    return n
   end
-  local function take(key, lim)
+  local function take(key, lim, n)
     if not lim then return end
     if lim.rate then
-      tats[key] = tat_of(key) + lim.t
+      tats[key] = tat_of(key) + n * lim.t
       changed[key] = true
     end
-    runs[key] = running(key) + 1
+    runs[key] = running(key) + n
   end
-
-  -- Keys whose gate time came: their first waiters go back to the delayed set, as many as
-  -- the rate lets start now (at least one; the rest are gated anew).
-  local opened = redis.call('ZRANGEBYSCORE', GATE, '-inf', now, 'LIMIT', 0, scan)
-  for _, key in ipairs(opened) do
-    local lim = limit_for(key)
-    local n = scan  -- no limit to keep: a RateLimited hold ran out, or the limit is gone
-    if lim and lim.rate then
-      n = math.max(1, math.floor((now_us - (tat_of(key) - lim.tau)) / lim.t) + 1)
-      if n > lim.burst then n = lim.burst end
-    elseif lim and lim.conc then
-      n = lim.conc
-    end
-    if key ~= '*' then readmit(key, n) end
-    if key == '*' or redis.call('EXISTS', parked_key(key)) == 0 then
-      redis.call('ZREM', GATE, key)
-    elseif lim and lim.rate then  -- when the first one not let go now may start
-      redis.call('ZADD', GATE, math.ceil((tat_of(key) + n * lim.t - lim.tau) / 1000), key)
-    elseif lim and lim.conc then  -- the rest wait for slots: each lease that ends lets one go
-      redis.call('ZREM', GATE, key)
-      redis.call('SADD', FULL, key)
-    else
-      redis.call('ZADD', GATE, now, key)  -- no limit: the next look lets the next ones go
-    end
-  end
-
-  local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', fmt(score(now, 9)),
-    'WITHSCORES', 'LIMIT', 0, want + scan)
-  if #due == 0 then return due, {}, nil end
-  local ids = {}
-  for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
-  local keys = flow_seen.task and redis.call('HMGET', flow_key('lim:task'), unpack(ids)) or {}
-  local picked, charged, moved = {}, {}, {}
-  local parked_for = {rate = 0, concurrency = 0, queued = 0}  -- counted by reason
   local star = limit_for('*')
-  local star_wait = nil
-  for k, id in ipairs(ids) do
-    if #picked >= 2 * want then break end
-    local s, key = due[2 * k], keys[k] or ''
-    local why = refusal('*', star)
-    if why and why ~= 'full' and star and star.rate and held_until('*') <= now then
-      -- Wake when a batch may start (the burst the limit allows anyway, no more than are
-      -- due): the consumers woken then fetch batches, not one task per round trip each.
-      local batch = math.min(star.burst, #ids - k + 1)
+  -- '*' may start none now: wake when a batch may start (the burst the limit allows anyway,
+  -- no more than are waiting), so the consumers woken then fetch batches, not one task each.
+  local function star_refused(why, waiting)
+    if why ~= 'full' and star and star.rate and held_until('*') <= now then
+      local batch = math.min(star.burst, waiting)
       if batch > 1 then why = math.ceil((tat_of('*') - star.tau + (batch - 1) * star.t) / 1000) end
     end
-    if why then
-      star_wait = why == 'full' and -1 or why
-      if why == 'full' then redis.call('SADD', FULL, '*')
-      else redis.call('ZADD', GATE, why, '*') end
-      break
+    if why == 'full' then
+      redis.call('SADD', FULL, '*')
+      return -1
     end
-    local lim = key ~= '' and limit_for(key) or false
-    if key ~= '' and heads[key] == nil then
-      heads[key] = head_score(parked_key(key)) or false
+    redis.call('ZADD', GATE, why, '*')
+    return why
+  end
+  local function save()
+    for key in pairs(changed) do redis.call('HSET', TAT, key, fmt(math.ceil(tats[key]))) end
+  end
+
+  -- Keys whose gate time came get back in line.
+  local opened = redis.call('ZRANGEBYSCORE', GATE, '-inf', now, 'LIMIT', 0, scan)
+  if #opened > 0 then redis.call('ZREM', GATE, unpack(opened)) end
+  for _, key in ipairs(opened) do fair_rejoin(key) end
+
+  -- Keyed, every due task goes through its key's line: ten times the housekeeping bound a
+  -- call (each task moves once), so a key's backlog is soon in line, not in front.
+  local keyed = flow_seen.task or flow_seen.ready
+  local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', fmt(score(now, 9)),
+    'WITHSCORES', 'LIMIT', 0, want + (keyed and 10 * scan or scan))
+  if not keyed then
+    -- No task has a key: one line, the delayed set's own order; only '*' applies.
+    if #due == 0 then return due, {}, nil end
+    local n, why = allowance('*', star)
+    if n == 0 then return {}, {}, star_refused(why, #due / 2) end
+    n = math.min(n, want, #due / 2)
+    local picked, charged = {}, {}
+    for i = 1, 2 * n, 2 do
+      picked[i], picked[i + 1] = due[i], due[i + 1]
+      charged[due[i]] = ''
     end
-    local behind = key ~= '' and heads[key] and heads[key] < tonumber(s)
-    why = behind and 'behind' or refusal(key, lim)
-    if why then
-      redis.call('ZADD', parked_key(key), s, id)
-      moved[#moved + 1] = id
-      if not heads[key] or tonumber(s) < heads[key] then heads[key] = tonumber(s) end
-      if why == 'full' then redis.call('SADD', FULL, key)
-      elseif why ~= 'behind' then redis.call('ZADD', GATE, why, key) end
-      local reason = why == 'full' and 'concurrency' or (why == 'behind' and 'queued' or 'rate')
-      parked_for[reason] = parked_for[reason] + 1
-    else
-      take('*', star)
-      take(key, lim)
-      picked[#picked + 1] = id
-      picked[#picked + 1] = s
-      charged[id] = key
+    take('*', star, n)
+    save()
+    return picked, charged, nil
+  end
+
+  -- Keyed: the due tasks join their keys' lines; a key not gated or full takes its turn.
+  local function held_back(key, reason, n)
+    if key ~= UNKEYED then count_throttled(key, reason, n) else count('throttled:' .. reason, n) end
+  end
+  if #due > 0 then
+    local ids = {}
+    for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
+    local keys = flow_seen.task and redis.call('HMGET', flow_key('lim:task'), unpack(ids)) or {}
+    local lines, order = {}, {}
+    for k, id in ipairs(ids) do
+      local key = keys[k] or UNKEYED
+      if not lines[key] then
+        lines[key] = {}
+        order[#order + 1] = key
+      end
+      local line = lines[key]
+      line[#line + 1] = due[2 * k]
+      line[#line + 1] = id
+    end
+    redis.call('ZREM', K_DELAYED, unpack(ids))
+    for _, key in ipairs(order) do
+      redis.call('ZADD', parked_key(key), unpack(lines[key]))
+      if redis.call('ZSCORE', GATE, key) then
+        held_back(key, 'rate', #lines[key] / 2)
+      elseif redis.call('SISMEMBER', FULL, key) == 1 then
+        held_back(key, 'concurrency', #lines[key] / 2)
+      else
+        local lim = limit_for(key)
+        fair_join(key, lim and lim.weight)
+      end
     end
   end
-  if #moved > 0 then redis.call('ZREM', K_DELAYED, unpack(moved)) end
-  for reason, n in pairs(parked_for) do count('throttled:' .. reason, n) end
-  for key in pairs(changed) do redis.call('HSET', TAT, key, fmt(math.ceil(tats[key]))) end
+
+  local picked, charged, star_wait, vt = {}, {}, nil, nil
+  local looks = 0
+  while #picked < 2 * want and looks < want + scan do
+    looks = looks + 1
+    local top = redis.call('ZRANGE', READY, 0, 1, 'WITHSCORES')
+    if #top == 0 then break end
+    local star_n, star_why = allowance('*', star)
+    if star_n == 0 then
+      local waiting = 0
+      for _, key in ipairs(redis.call('ZRANGE', READY, 0, (star and star.burst or 1) - 1)) do
+        waiting = waiting + redis.call('ZCARD', parked_key(key))
+      end
+      star_wait = star_refused(star_why, waiting)
+      break
+    end
+    local key, f = top[1], tonumber(top[2])
+    local lim = limit_for(key)
+    local n, why = allowance(key, lim)
+    if n == 0 then
+      redis.call('ZREM', READY, key)
+      local reason = 'rate'
+      if why == 'full' then
+        redis.call('SADD', FULL, key)
+        reason = 'concurrency'
+      else
+        redis.call('ZADD', GATE, why, key)
+      end
+      held_back(key, reason, redis.call('ZCARD', parked_key(key)))
+    else
+      local weight = lim and lim.weight or 1
+      if top[3] then  -- the run of this key's tasks before the next key's turn
+        n = math.min(n, math.floor((tonumber(top[4]) - f) * weight + 1e-9) + 1)
+      end
+      n = math.min(n, star_n, want - #picked / 2)
+      local popped = redis.call('ZPOPMIN', parked_key(key), n)
+      local got = #popped / 2
+      for i = 1, #popped, 2 do
+        picked[#picked + 1] = popped[i]
+        picked[#picked + 1] = popped[i + 1]
+        charged[popped[i]] = key == UNKEYED and '' or key
+      end
+      if got > 0 then
+        take('*', star, got)
+        take(key, lim, got)
+        vt = f + (got - 1) / weight
+      end
+      if got == n and redis.call('EXISTS', parked_key(key)) == 1 then
+        redis.call('ZADD', READY, tag(f + got / weight), key)
+      else
+        redis.call('ZREM', READY, key)
+      end
+    end
+  end
+  if vt then redis.call('SET', flow_key('lim:vt'), tag(vt)) end
+  if redis.call('EXISTS', READY) == 0 then redis.call('DEL', flow_key('lim:vt')) end
+  save()
   return picked, charged, star_wait
 end
 
 -- [L] After fetch handed tasks out under limits: each lease holds a slot of '*' and of its
 -- key (the counts lease_ended gives back). At-most-once deliveries hold none.
 local function limits_charge(reply, charged, leased)
-  if not leased then return end
+  if not leased or not flow_seen.limits then return end
   local fields, per_key = {}, {}
   for r = 4, #reply, 6 do
     local id = reply[r]
@@ -375,8 +572,10 @@ local function throttle(id, slot, due_ms, now, delay)
     redis.call('ZADD', K_DELAYED, fmt(s), id)  -- no key to park under: the queue waits
   else
     redis.call('ZADD', parked_key(key), fmt(s), id)
+    redis.call('ZREM', flow_key('lim:ready'), key)  -- gated, out of line until the hold ends
+    redis.call('SREM', flow_key('lim:full'), key)
   end
-  count('throttled:ratelimited', 1)
+  count_throttled(key, 'ratelimited', 1)
   wake_now(until_ms)  -- consumers asleep learn when the key (or queue) may start again
   return until_ms
 end
@@ -390,9 +589,8 @@ end
 -- [L] A parked task's limit key and score, or nil: cancel, info and ttl expiry find it.
 local function parked(id)
   flow_probe()
-  if not flow_seen.task then return nil end
-  local key = redis.call('HGET', flow_key('lim:task'), id)
-  if not key then return nil end
+  if not flow_seen.task and not flow_seen.ready then return nil end
+  local key = flow_seen.task and redis.call('HGET', flow_key('lim:task'), id) or UNKEYED
   local s = redis.call('ZSCORE', parked_key(key), id)
   if not s then return nil end
   return key, s
@@ -442,6 +640,10 @@ end
 --   sched:fire       HASH fire task id -> schedule name, for fires offered and not yet ended
 --   sched:buf:<name> LIST fires held back by the overlap policy, "id|nominal ms"
 --   sched:req:<name>:<request>  a trigger or backfill request already carried out
+--   sched:reqs:<name> ZSET request -> until when it is remembered (a reshard carries them)
+--   sched:gone       ZSET name -> until when a removed schedule's tombstone is kept
+--   sched:away       STRING set while a reshard moves this (sub-)queue's schedules away
+--   sched:mbuf:<name> LIST the held fires a reshard carried, kept with the tombstone
 
 local function sched_key(suffix) return string.sub(K_COUNTERS, 1, -9) .. suffix end
 
@@ -479,6 +681,10 @@ local function sched_offer(name, st, id, fire_ms, due_ms)
   st.live = redis.call('HINCRBY', sched_key('sched:st:' .. name), 'live', 1)
   sched_memo.none = false
   count('offered', 1)
+  if hist_settings() then
+    local now = now_ms()
+    hist_note(id, now, 'offered', 'by schedule ' .. name .. ', ' .. hist_due(due_ms, now), 0)
+  end
   announce_if_earlier(s, old_head)
   return true
 end
@@ -540,14 +746,15 @@ local function sched_fire(name, st, fire_ms, gap)
   return outcome
 end
 
--- Release a fire held by the overlap policy once the schedule has none alive.
+-- Release a fire held by the overlap policy once the schedule has none alive: due now, or
+-- at its time if it was held while made ahead of it (never early).
 local function sched_release(name, now)
   local entry = redis.call('LPOP', sched_key('sched:buf:' .. name))
   if not entry then return end
   local st = sched_state(name)
   if not st.ver or st.gone == '1' then return end
   local id, fire_ms = string.match(entry, '^(.*)|(%d+)$')
-  sched_offer(name, st, id, tonumber(fire_ms), now)
+  sched_offer(name, st, id, tonumber(fire_ms), math.max(now, tonumber(fire_ms)))
 end
 
 -- [S] hook: tasks that ended for good (outcome 'ok', 'dead', 'cancelled', 'expired',
@@ -587,6 +794,7 @@ local function sched_drop_pending(name, now)
   local s = redis.call('ZSCORE', K_DELAYED, id)
   if s and ms_of(s) > now then
     redis.call('ZREM', K_DELAYED, id)
+    hist_ended({id}, now, 'cancelled', 'its schedule changed')
     forget(id, now, false)
     task_ended({id}, now, 'cancelled')
     -- Never handed out and gone in this same script: it did not fire, and its time may
@@ -637,10 +845,15 @@ local function sched_plan(name, st, now)
   -- that now fires before the chain's earliest (an upsert, a resume) is announced.
   local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
   local step_at = nxt - sched_lead(st)
+  -- A schedule a reshard carried here counts its fires still alive on the old side as
+  -- running (schedule_move.lua): it is looked at each second, and the fetch reply asks the
+  -- consumer to see which of them ended there, until none is left.
+  local far = tonumber(st.far or '0') > 0
+  if far and step_at > now + 1000 then step_at = now + 1000 end
   redis.call('ZADD', due_key, fmt(step_at), name)
   announce_if_earlier(score(step_at, 0), head[2] and score(tonumber(head[2]), 0))
-  return st.kind == 'cron' and st.exh ~= '1'
-    and redis.call('ZCARD', sched_key('sched:at:' .. name)) < SCHED_LOW
+  return far or (st.kind == 'cron' and st.exh ~= '1'
+    and redis.call('ZCARD', sched_key('sched:at:' .. name)) < SCHED_LOW)
 end
 
 -- One step of one due schedule: the times from the cursor to now, through the catch-up
@@ -705,8 +918,9 @@ end
 
 -- Dead-letter a task. Its dedup key is freed for new offers, but the task keeps its key record
 -- (taskkeys) so that requeue can take the key back.
-local function bury(id, slot, now, err)
+local function bury(id, slot, now, err, why)
   redis.call('ZADD', K_DEAD, fmt(score(now, slot)), id)
+  hist_note(id, now, 'dead-lettered', (why and why ~= '') and why or err)  -- why: err's gist
   if err and err ~= '' then redis.call('HSET', K_ERRORS, id, err) end
   redis.call('ZREM', K_EXPIRY, id)
   local v = redis.call('HGET', K_TASKKEY, id)
@@ -774,6 +988,7 @@ local function finish(ids, tokens, now)
     lease_ended(done, now)
     redis.call('HDEL', K_LEASES, unpack(done))
     redis.call('HDEL', K_TASKS, unpack(done))
+    hist_ended(done, now, 'acked')
     redis.call('HDEL', K_ATTEMPTS, unpack(done))
     task_ended(done, now, 'ok')
     limit_keys_forget(done)
@@ -793,6 +1008,7 @@ local function land_task(id, due_ms, envelope, err, now)
   end
   redis.call('ZADD', K_DELAYED, fmt(score(due_ms, 9)), id)
   count('offered', 1)
+  hist_note(id, now, 'offered', 'moved from Redisson, ' .. hist_due(due_ms, now), 0)
   return 1
 end
 

@@ -24,6 +24,7 @@ local cancelled = 0
 for i = 2, last do
   local id = ARGV[i]
   if redis.call('ZREM', K_DELAYED, id) == 1 or unpark(id) then
+    hist_ended({id}, now, 'cancelled')  -- [H]
     forget(id, now, false)
     task_ended({id}, now, 'cancelled')
     cancelled = cancelled + 1

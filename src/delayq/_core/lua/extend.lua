@@ -7,4 +7,5 @@ local now = now_ms()
 local lease = held_lease(id, token, now)
 if not lease then return -1 end
 redis.call('ZADD', K_INFLIGHT, 'XX', fmt(score(now + ms, slot_of(lease))), id)
+hist_note(id, now, 'extended', 'lease ends in ' .. hist_span(ms))  -- [H]
 return now + ms

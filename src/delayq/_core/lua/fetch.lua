@@ -7,7 +7,8 @@
 -- ARGV[7] backoff factor in (0, 1], the client's jitter draw
 -- ARGV[8] housekeeping limit: most expired leases / ttls / kept keys handled per call
 -- ARGV[9] ms to keep this call's receipt
--- ARGV[10..] pairs: id, lease token of tasks to ack first (as ack.lua does): a consumer that
+-- ARGV[10] the consumer (host/pid), for the task histories of a queue that keeps them
+-- ARGV[11..] pairs: id, lease token of tasks to ack first (as ack.lua does): a consumer that
 --         finishes one task and wants the next pays one round trip, not two
 -- KEYS[14] this call's receipt: first "#" and the ack statuses, then per task handed out
 --         "id|due_ms|slot|attempts|token" (and, at-most-once, the envelope as the next
@@ -40,8 +41,10 @@ local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local now = math.floor(now_us / 1000)
 local paused, paused_until = queue_pause_state(now)
 flow_probe()  -- [L]
-local limited = not paused and flow_seen.lim
+local h = hist_settings()  -- [H] no command more: flow_probe's EXISTS told
+local limited = not paused and (flow_seen.lim or flow_seen.task)  -- limits or limit keys
 local star_wait, charged = nil, nil  -- [L] when '*' may hand out again; the keys charged
+local in_line = false  -- [L] keyed tasks wait in their keys' lines (lim:ready)
 local old_head = head_score(K_DELAYED)
 local new_min = nil
 
@@ -61,6 +64,7 @@ for i = 1, #lapsed, 2 do
     redis.call('ZADD', K_DELAYED, fmt(s), id)
     redis.call('HSET', K_ERRORS, id, err)
     if not new_min or s < new_min then new_min = s end
+    if h then hist_add(h, id, now, 'retried', attempts, err) end
   end
 end
 count('lease_expired', #lapsed / 2)
@@ -72,6 +76,7 @@ if has_expiry then
   local expired = 0
   for _, id in ipairs(stale) do
     if redis.call('ZREM', K_DELAYED, id) == 1 or unpark(id) then
+      hist_ended({id}, now, 'expired', 'its ttl ran out before a delivery')
       forget(id, now, false)
       task_ended({id}, now, 'expired')
       expired = expired + 1
@@ -115,6 +120,9 @@ local function next_wake()
   if paused then return paused_until > 0 and paused_until or -1 end  -- [L] resume announces
   local next_due = (not star_wait) and head_score(K_DELAYED)  -- [L] '*' blocked: not due
   if star_wait and star_wait > 0 then next_due = score(star_wait, 0) end
+  if in_line and not star_wait and redis.call('EXISTS', flow_key('lim:ready')) == 1 then
+    next_due = score(now, 0)  -- [L] keys in line: more to hand out now
+  end
   if limited then  -- [L] the next gate time of a parked key
     local gate = redis.call('ZRANGE', flow_key('lim:gate'), 0, 0, 'WITHSCORES')[2]
     if gate and (not next_due or score(tonumber(gate), 0) < next_due) then
@@ -163,8 +171,8 @@ end
 redis.call('HSET', K_COUNTERS, 'seen_ms', now)
 
 local acks = ''
-if #ARGV > 9 then
-  local ack_ids, tokens = id_token_pairs(10)
+if #ARGV > 10 then
+  local ack_ids, tokens = id_token_pairs(11)
   local statuses, done = finish(ack_ids, tokens, now)
   count('acked', done)
   acks = table.concat(statuses)
@@ -175,6 +183,7 @@ if paused then want = 0 end  -- [L] a paused queue hands out nothing; acks still
 local due = {}
 if want > 0 and limited then  -- [L] limits: over-limit tasks parked, the rest handed out
   due, charged, star_wait = limited_due(want, limit, now_us, lease_ms > 0)
+  in_line = flow_seen.task or flow_seen.ready
 elseif want > 0 then
   due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', fmt(score(now, 9)),
     'WITHSCORES', 'LIMIT', 0, want)
@@ -198,6 +207,7 @@ if #ids > 0 then
     local s, envelope = due[2 * k], envelopes[k]
     local alive = envelope ~= false
     if alive and deadlines[k] and tonumber(deadlines[k]) < now then
+      hist_ended({id}, now, 'expired', 'its ttl ran out before a delivery')
       forget(id, now, false)
       task_ended({id}, now, 'expired')
       count('expired', 1)
@@ -215,6 +225,11 @@ if #ids > 0 then
       late_hits[bucket] = (late_hits[bucket] or 0) + 1
       local slot = slot_of(s)
       local tries = tonumber(attempts[k] or '0') + 1
+      if h then  -- [H] at-most-once, the delivery ends the task
+        hist_add(h, id, now, 'delivered', tries,
+          'to ' .. ARGV[10] .. (late > 0 and (', ' .. hist_span(late) .. ' late') or ''),
+          lease_ms == 0)
+      end
       local token = ''
       if lease_ms > 0 then
         token = nonce .. '-' .. handed

@@ -4,7 +4,9 @@
 -- Reply: {now, state, score or '', attempts, envelope or '', last error or '', ttl deadline
 --        or ''}; state is 'delayed', 'inflight', 'expired' (a lease that ran out, not yet
 --        reclaimed by a fetch), 'dead' or '' (unknown); the score's time is the due time
---        (delayed), lease expiry (inflight, expired) or time of death (dead).
+--        (delayed), lease expiry (inflight, expired) or time of death (dead). [H] An unknown
+--        task adds its history's last event, or '' (a task that ended: how, while its
+--        history lasts).
 local id = ARGV[1]
 local now = now_ms()
 local state, s = '', redis.call('ZSCORE', K_DELAYED, id)
@@ -22,7 +24,10 @@ if state == '' then  -- [L] parked by a limit: waiting, with its place in the de
   local _, parked_score = parked(id)
   if parked_score then state, s = 'delayed', parked_score end
 end
-if state == '' then return {now, '', '', 0, '', '', ''} end
+if state == '' then
+  local last = redis.call('LRANGE', flow_key('hist:' .. id), -1, -1)[1]  -- [H]
+  return {now, '', '', 0, '', '', '', last or ''}
+end
 return {
   now, state, s,
   tonumber(redis.call('HGET', K_ATTEMPTS, id) or '0'),

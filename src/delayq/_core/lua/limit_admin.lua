@@ -9,9 +9,9 @@
 -- Reply: set: {1}; remove: {1 = removed, 0 = there was none}; get: one row; list: a row per
 --        key that has a limit, tasks waiting or leases running. A row is {key, own limit or
 --        '', running, waiting, next admission ms or -1, '1' if a default limit exists or ''}.
--- set and remove put every parked task back in the delayed set, in order, and wake the
--- consumers: the next fetch admits or parks each under the limits as they now are (each
--- task is looked at once more per change).
+-- set and remove put every gated or full key back in line (lim:ready) and wake the
+-- consumers: the next fetch starts or holds back each key's tasks under the limits as they
+-- now are (one look per key and change).
 local op, key = ARGV[1], ARGV[2]
 local now = now_ms()
 local LIM, RUN = flow_key('lim'), flow_key('lim:run')
@@ -48,6 +48,7 @@ if op == 'list' then
   for _, k in ipairs(redis.call('HKEYS', RUN)) do note(k) end
   for _, k in ipairs(redis.call('ZRANGE', GATE, 0, -1)) do note(k) end
   for _, k in ipairs(redis.call('SMEMBERS', FULL)) do note(k) end
+  for _, k in ipairs(redis.call('ZRANGE', flow_key('lim:ready'), 0, -1)) do note(k) end
   local reply = {}
   for _, k in ipairs(order) do row(k, reply) end
   return reply
@@ -59,14 +60,15 @@ if op == 'set' then
 elseif op == 'remove' then
   result = redis.call('HDEL', LIM, key)
   redis.call('HDEL', flow_key('lim:tat'), key)
+  for _, reason in ipairs({'rate', 'concurrency', 'ratelimited'}) do
+    redis.call('ZREM', flow_key('lim:thr:' .. reason), key)
+  end
 else
   return redis.error_reply('unknown limit_admin op ' .. tostring(op))
 end
 local waiting = redis.call('ZRANGE', GATE, 0, -1)
 for _, k in ipairs(redis.call('SMEMBERS', FULL)) do waiting[#waiting + 1] = k end
-for _, k in ipairs(waiting) do
-  if k ~= '*' then readmit(k, redis.call('ZCARD', parked_key(k))) end
-end
 redis.call('DEL', GATE, FULL)
+for _, k in ipairs(waiting) do fair_rejoin(k) end
 wake_now(now)
 return {result}

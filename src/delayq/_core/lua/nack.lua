@@ -9,7 +9,8 @@
 -- ARGV[4] delay ms before the next delivery; -1 = the backoff policy
 -- ARGV[5] error text ('' = none)   ARGV[6] max_attempts
 -- ARGV[7] backoff base ms   ARGV[8] backoff cap ms   ARGV[9] backoff factor (jitter draw)
--- ARGV[10] [L] throttle: the task's due ms, its place in its key's line
+-- ARGV[10] [L] throttle: the task's due ms, its place in its key's line ('' otherwise)
+-- ARGV[11] [H] the error's gist (its last line) for the task's history, '' = none
 -- Reply: {status, ms}: 1 = scheduled again, ms its due time; 2 = dead-lettered, ms now;
 --        3 = this token already gave the task back (a resent call), ms now;
 --        0 = lease lost, ms now
@@ -37,11 +38,18 @@ local attempts = tonumber(redis.call('HGET', K_ATTEMPTS, id) or '0')
 if (outcome == 'release' or outcome == 'throttle') and attempts > 0 then
   attempts = redis.call('HINCRBY', K_ATTEMPTS, id, -1)
 end
-if outcome == 'throttle' then return {1, throttle(id, slot, tonumber(ARGV[10]), now, delay)} end
+local why = ARGV[11] or ''
+if outcome == 'throttle' then
+  hist_note(id, now, 'throttled', 'rate limited, again in ' .. hist_span(delay), attempts)
+  return {1, throttle(id, slot, tonumber(ARGV[10]), now, delay)}
+end
 
 if outcome == 'dead' or outcome == 'undecodable'
     or (outcome == 'retry' and attempts >= max_attempts) then
-  bury(id, slot, now, err)
+  if outcome == 'retry' then
+    why = 'attempt ' .. attempts .. ' of ' .. max_attempts .. (why ~= '' and ': ' .. why or '')
+  end
+  bury(id, slot, now, err, why)
   if outcome == 'undecodable' then count('decode_failures', 1) end
   return {2, now}
 end
@@ -51,5 +59,6 @@ local old_head = head_score(K_DELAYED)
 local s = score(now + delay, slot)
 redis.call('ZADD', K_DELAYED, fmt(s), id)
 if outcome == 'retry' then count('retried', 1) end
+hist_note(id, now, outcome == 'retry' and 'retried' or 'released', why, attempts)
 announce_if_earlier(s, old_head)
 return {1, now + delay}

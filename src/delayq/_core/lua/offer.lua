@@ -2,7 +2,8 @@
 -- KEYS:  the queue key set (see _lib.lua).
 -- ARGV[1] dedup mode for keyed tasks: 'keep' (return the live task) or 'replace' (update a
 --         pending task's payload and due time: debounce)
--- ARGV[2..] groups of 4 fields per task:
+-- ARGV[2] who offers (host/pid), for the task histories of a queue that keeps them
+-- ARGV[3..] groups of 4 fields per task:
 --         id;
 --         due: 'd' .. ms from now, or 'a' .. absolute epoch ms;
 --         envelope;
@@ -22,17 +23,21 @@
 -- with status 4 (applied before); the others' ids are recorded, except status 3's.
 -- A layout that a finished reshard retired takes no new task: the caller's layout is stale
 -- (error LAYOUT_RETIRED: it reads the layout again and writes there).
-if redis.call('HEXISTS', K_COUNTERS, 'retired') == 1 then
+local flags = redis.call('HMGET', K_COUNTERS, 'retired', 'hist')
+if flags[1] then
   return redis.error_reply('LAYOUT_RETIRED this layout of the queue was resharded away')
 end
-local mode = ARGV[1]
+local mode, origin = ARGV[1], ARGV[2]
 local now, later = now_ms()
+-- [H] The settings, when counters' mirror says the queue keeps histories.
+local h = false
+if flags[2] then h = hist_settings(true) else hist_conf = false end
 local applied = KEYS[14]
-local n = applied and (#ARGV - 2) / 5 or (#ARGV - 1) / 4
+local n = applied and (#ARGV - 3) / 5 or (#ARGV - 2) / 4
 local fresh = nil
 if applied then
   local apply_ids = {}
-  for i = 1, n do apply_ids[i] = ARGV[1 + 4 * n + i] end
+  for i = 1, n do apply_ids[i] = ARGV[2 + 4 * n + i] end
   fresh = unapplied(applied, apply_ids, now)
 end
 local old_head = head_score(K_DELAYED)
@@ -43,16 +48,17 @@ local task_fields, delayed_fields, expiry_fields = {}, {}, {}
 local seen = {}  -- id -> envelope, for ids this call wrote: later items must see them
 
 -- The common single offer (no key, ttl or priority) in as few commands as possible.
-if n == 1 and ARGV[5] == '' and not applied then
-  local id, due_arg = ARGV[2], ARGV[3]
+if n == 1 and ARGV[6] == '' and not applied then
+  local id, due_arg = ARGV[3], ARGV[4]
   local due = tonumber(string.sub(due_arg, 2))
   if string.byte(due_arg, 1) == 100 then due = (due > 0 and later or now) + due end
-  if redis.call('HSETNX', K_TASKS, id, ARGV[4]) == 0 then
-    return {id, redis.call('HGET', K_TASKS, id) == ARGV[4] and 0 or 3}
+  if redis.call('HSETNX', K_TASKS, id, ARGV[5]) == 0 then
+    return {id, redis.call('HGET', K_TASKS, id) == ARGV[5] and 0 or 3}
   end
   local s = score(due, 9)
   redis.call('ZADD', K_DELAYED, fmt(s), id)
   count('offered', 1)
+  if h then hist_add(h, id, now, 'offered', 0, 'by ' .. origin .. ', ' .. hist_due(due, now)) end
   announce_if_earlier(s, old_head)
   return {id, 1}
 end
@@ -66,6 +72,7 @@ local function holder_of(key)
     if not (deadline and tonumber(deadline) < now and redis.call('ZREM', K_DELAYED, id) == 1) then
       return id
     end
+    hist_ended({id}, now, 'expired', 'its ttl ran out before a delivery')
     forget(id, now, false)  -- its ttl ran out before anyone took it: expired, key free
     count('expired', 1)
   end
@@ -82,11 +89,11 @@ local function set_expiry(id, due, ttl)
 end
 
 local ids = {}
-for i = 0, n - 1 do ids[i + 1] = ARGV[2 + i * 4] end
+for i = 0, n - 1 do ids[i + 1] = ARGV[3 + i * 4] end
 local stored = redis.call('HMGET', K_TASKS, unpack(ids))
 
 for i = 0, n - 1 do
-  local base = 2 + i * 4
+  local base = 3 + i * 4
   local id, due_arg, envelope, options = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
   local due = tonumber(string.sub(due_arg, 2))
   if string.byte(due_arg, 1) == 100 then due = (due > 0 and later or now) + due end  -- 'd': relative
@@ -125,6 +132,7 @@ for i = 0, n - 1 do
     if not new_min or s < new_min then new_min = s end
     seen[holder] = envelope
     if limit_key then redis.call('HSET', flow_key('lim:task'), holder, limit_key) end  -- [L]
+    if h then hist_note(holder, now, 'replaced', 'by ' .. origin .. ', ' .. hist_due(due, now)) end
     reply[#reply + 1] = holder
     reply[#reply + 1] = 2
   elseif holder then
@@ -157,6 +165,7 @@ for i = 0, n - 1 do
     end
     if not new_min or s < new_min then new_min = s end
     created = created + 1
+    if h then hist_add(h, id, now, 'offered', 0, 'by ' .. origin .. ', ' .. hist_due(due, now)) end
     reply[#reply + 1] = id
     reply[#reply + 1] = 1
   end
@@ -171,7 +180,7 @@ count('offered', created)
 if fresh then
   local recorded = {}
   for i = 1, n do
-    if fresh[i] and reply[2 * i] ~= 3 then recorded[#recorded + 1] = ARGV[1 + 4 * n + i] end
+    if fresh[i] and reply[2 * i] ~= 3 then recorded[#recorded + 1] = ARGV[2 + 4 * n + i] end
   end
   record_applied(applied, recorded, now, tonumber(ARGV[#ARGV]))
 end

@@ -5,11 +5,15 @@
 -- ARGV[1] id   ARGV[2] due: 'd' .. ms from now, or 'a' .. absolute epoch ms   ARGV[3] envelope
 -- Reply: status 1 = created, 0 = this very task exists (the same call resent after a lost
 -- reply: the queue reports it as created), 3 = another task holds the id (two producers drew
--- the same id: draw again); error LAYOUT_RETIRED as offer.lua's. Only queue-drawn ids come here; caller ids go through offer.lua.
+-- the same id: draw again), 5 = the queue keeps task histories: nothing written, offer it
+-- with offer.lua (which records them); error LAYOUT_RETIRED as offer.lua's. Only queue-drawn
+-- ids come here; caller ids go through offer.lua.
 local id, due_arg = ARGV[1], ARGV[2]
-if redis.call('HEXISTS', KEYS[3], 'retired') == 1 then  -- see offer.lua
+local flags = redis.call('HMGET', KEYS[3], 'retired', 'hist')
+if flags[1] then  -- see offer.lua
   return redis.error_reply('LAYOUT_RETIRED this layout of the queue was resharded away')
 end
+if flags[2] then return 5 end  -- [H] see _lib.lua
 if redis.call('HSETNX', KEYS[2], id, ARGV[3]) == 0 then
   return redis.call('HGET', KEYS[2], id) == ARGV[3] and 0 or 3
 end

@@ -19,6 +19,7 @@ local function purge(key, ids)
   if #ids == 0 then return end
   redis.call('ZREM', key, unpack(ids))
   if key == K_INFLIGHT then lease_ended(ids, now) end
+  hist_ended(ids, now, 'purged')  -- [H]
   for _, id in ipairs(ids) do forget(id, now, false) end
   task_ended(ids, now, 'purged')
   deleted = deleted + #ids
@@ -31,6 +32,19 @@ elseif want['ready'] then
 elseif want['delayed'] then
   purge(K_DELAYED,
     redis.call('ZRANGEBYSCORE', K_DELAYED, '(' .. due, '+inf', 'LIMIT', 0, limit))
+end
+-- [L] Due tasks waiting in their limit keys' lines are ready too.
+flow_probe()
+if want['ready'] and deleted < limit and (flow_seen.lim or flow_seen.task) then
+  local keys = redis.call('ZRANGE', flow_key('lim:ready'), 0, -1)
+  for _, k in ipairs(redis.call('ZRANGE', flow_key('lim:gate'), 0, -1)) do keys[#keys + 1] = k end
+  for _, k in ipairs(redis.call('SMEMBERS', flow_key('lim:full'))) do keys[#keys + 1] = k end
+  for _, k in ipairs(keys) do
+    if deleted >= limit then break end
+    if k ~= '*' then
+      purge(parked_key(k), redis.call('ZRANGE', parked_key(k), 0, limit - deleted - 1))
+    end
+  end
 end
 local lapsed = '(' .. fmt(score(now, 0))
 if want['inflight'] and want['expired'] and deleted < limit then

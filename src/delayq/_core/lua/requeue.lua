@@ -40,6 +40,7 @@ for _, id in ipairs(ids) do
     redis.call('ZADD', K_DELAYED, fmt(ns), id)
     if not new_min or ns < new_min then new_min = ns end
     moved = moved + 1
+    hist_note(id, now, 'requeued', 'from the dead letters', 0)  -- [H]
   end
 end
 count('requeued', moved)

@@ -13,7 +13,12 @@ if applied then
   record_applied(applied, {ARGV[4]}, now, tonumber(ARGV[5]))
 end
 local old = redis.call('ZSCORE', K_DELAYED, id)
-if not old then return {0, now} end
+if not old then  -- [L] waiting in its limit key's line: back to the delayed set, moved
+  local key, parked_score = parked(id)
+  if not key then return {0, now} end
+  redis.call('ZREM', parked_key(key), id)
+  old = parked_score
+end
 local due = value
 if kind == 'd' then due = (value > 0 and later or now) + value end
 local old_head = head_score(K_DELAYED)
@@ -23,5 +28,6 @@ local deadline = redis.call('ZSCORE', K_EXPIRY, id)
 if deadline then
   redis.call('ZADD', K_EXPIRY, fmt(tonumber(deadline) + due - ms_of(old)), id)
 end
+hist_note(id, now, 'rescheduled', hist_due(due, now))  -- [H]
 announce_if_earlier(s, old_head)
 return {1, due}

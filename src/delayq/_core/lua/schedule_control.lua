@@ -11,7 +11,8 @@
 --              s:<name>:b:<request>:<ms>, whatever the overlap policy
 --   ARGV[3] / ARGV[4] for trigger and backfill: ms to remember the request (a retry of the
 --   same request, e.g. after a lost reply, does nothing again)
--- Reply: {status, detail}: status -1 = no such schedule; pause/resume/remove: 1 = done,
+-- Reply: {status, detail}: status -1 = no such schedule, -2 = a reshard moved it (detail =
+--        the (sub-)queue it went to: the caller reads the layout again); pause/resume/remove: 1 = done,
 --        0 = it was so already; trigger: 1 = fired, 2 = held back (buffered), 0 = skipped
 --        (overlap), 3 = done before (the same request); detail = the fire id;
 --        backfill: 1 with detail = fires offered, or 3 = done before
@@ -19,6 +20,7 @@ local name, action = ARGV[1], ARGV[2]
 local now = now_ms()
 local st_key = sched_key('sched:st:' .. name)
 local st = sched_state(name)
+if st.mv then return {-2, st.mv} end
 if not st.ver or st.gone == '1' then return {-1, ''} end
 local due_key = sched_key('sched:due')
 
@@ -40,6 +42,7 @@ elseif action == 'remove' then
   sched_drop_pending(name, now)
   redis.call('HSET', st_key, 'gone', 1, 'removed_ms', fmt(now))
   redis.call('PEXPIRE', st_key, tonumber(ARGV[3]))
+  redis.call('ZADD', sched_key('sched:gone'), fmt(now + tonumber(ARGV[3])), name)
   redis.call('HDEL', sched_key('sched'), name)
   redis.call('ZREM', due_key, name)
   redis.call('DEL', sched_key('sched:at:' .. name), sched_key('sched:buf:' .. name))
@@ -52,6 +55,14 @@ local earlier = redis.call('GET', req_key)
 if earlier then
   local status, detail = string.match(earlier, '^(%d)|(.*)$')
   return {3, detail}
+end
+-- Remember the request, and list it where a reshard finds it to carry (schedule_move.lua).
+local function remember(reply, ms)
+  redis.call('SET', req_key, reply, 'PX', ms)
+  local listed = sched_key('sched:reqs:' .. name)
+  redis.call('ZREMRANGEBYSCORE', listed, '-inf', fmt(now))
+  redis.call('ZADD', listed, fmt(now + ms), request)
+  redis.call('PEXPIRE', listed, ms)
 end
 if action == 'trigger' then
   local id = 's:' .. name .. ':m:' .. request
@@ -66,7 +77,7 @@ if action == 'trigger' then
     redis.call('HINCRBY', st_key, 'skipped', 1)
   end
   if status > 0 then redis.call('HINCRBY', st_key, 'manual', 1) end
-  redis.call('SET', req_key, status .. '|' .. id, 'PX', tonumber(ARGV[4]))
+  remember(status .. '|' .. id, tonumber(ARGV[4]))
   return {status, id}
 elseif action == 'backfill' then
   local offered = 0
@@ -75,7 +86,7 @@ elseif action == 'backfill' then
     if sched_offer(name, st, id, tonumber(ARGV[i]), now) then offered = offered + 1 end
   end
   redis.call('HINCRBY', st_key, 'backfilled', offered)
-  redis.call('SET', req_key, '1|' .. offered, 'PX', tonumber(ARGV[4]))
+  remember('1|' .. offered, tonumber(ARGV[4]))
   return {1, tostring(offered)}
 end
 return redis.error_reply('ERR unknown schedule action ' .. action)

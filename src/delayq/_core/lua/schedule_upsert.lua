@@ -11,15 +11,22 @@
 --        version went up, the fire not yet due was dropped (its time given back if it was
 --        the cursor's: it fires under the new spec) and the chain goes on from
 --        max(now, cursor). A cron schedule then needs its times (schedule_refill.lua).
+--        status -2 = refused: a reshard moved the schedule away from this (sub-)queue, or
+--        is moving them all away (a new one belongs in the new layout).
 local name, hash = ARGV[1], ARGV[2]
 local now = now_ms()
 local st_key = sched_key('sched:st:' .. name)
 local at_key = sched_key('sched:at:' .. name)
-local old = redis.call('HMGET', st_key, 'ver', 'hash', 'gone', 'cursor')
+local old = redis.call('HMGET', st_key, 'ver', 'hash', 'gone', 'cursor', 'mv')
 if old[1] and old[3] ~= '1' and old[2] == hash then
   return {0, tonumber(old[1]), tonumber(old[4]), redis.call('ZCARD', at_key)}
 end
 local status = (old[1] and old[3] ~= '1') and 2 or 1
+-- A reshard moved the schedule away, or is moving this (sub-)queue's schedules away: the
+-- writer's layout is out of date (schedule_move.lua); it reads the layout again.
+if old[5] or (status == 1 and redis.call('EXISTS', sched_key('sched:away')) == 1) then
+  return {-2, 0, 0, 0}
+end
 local ver = tonumber(old[1] or '0') + 1
 if status == 2 then sched_drop_pending(name, now) end  -- may give its time back (cursor)
 local cursor = math.max(tonumber(redis.call('HGET', st_key, 'cursor') or '0'), now)
@@ -35,6 +42,7 @@ for _, field in ipairs({'fired', 'skipped', 'missed', 'manual', 'backfilled', 'l
 end
 redis.call('HSETNX', st_key, 'created_ms', fmt(now))
 redis.call('PERSIST', st_key)  -- a tombstone no more
+redis.call('ZREM', sched_key('sched:gone'), name)
 redis.call('HSET', sched_key('sched'), name, ver)
 local st = sched_state(name)
 if st.paused ~= '1' then sched_plan(name, st, now) end

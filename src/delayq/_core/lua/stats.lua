@@ -7,7 +7,8 @@
 --         (the head of the inflight set: one ZCOUNT); a paused queue adds the pair
 --         'pause:until', epoch ms (0: until resumed); a queue with limits 'lim:waiting' and
 --         'lim:running' (totals) and 'limw:<key>' / 'limr:<key>' for its top keys; its
---         ready count includes the tasks parked by limits
+--         ready count includes the tasks waiting in limit keys' lines, and its overdue
+--         count and oldest due time those of keys in line for their turn (not held back)
 local overdue_after = tonumber(ARGV[1])
 local now = now_ms()
 local total = redis.call('ZCARD', K_DELAYED)
@@ -40,6 +41,16 @@ if flow_seen.lim or flow_seen.held then
   local waiting, total = {}, 0
   local keys = redis.call('ZRANGE', flow_key('lim:gate'), 0, -1)
   for _, k in ipairs(redis.call('SMEMBERS', flow_key('lim:full'))) do keys[#keys + 1] = k end
+  -- Keys in line (not held back by a limit): their tasks wait only for their turn, so they
+  -- count as overdue and in the oldest due time as the delayed set's due tasks do.
+  local in_line = redis.call('ZRANGE', flow_key('lim:ready'), 0, -1)
+  local late = fmt(score(now - overdue_after, 9))
+  for _, k in ipairs(in_line) do
+    keys[#keys + 1] = k
+    reply[6] = reply[6] + redis.call('ZCOUNT', parked_key(k), '-inf', late)
+    local first = head_score(parked_key(k))
+    if first and (reply[7] < 0 or ms_of(first) < reply[7]) then reply[7] = ms_of(first) end
+  end
   local seen = {}
   for _, k in ipairs(keys) do
     if k ~= '*' and not seen[k] then
@@ -59,6 +70,15 @@ if flow_seen.lim or flow_seen.held then
   reply[#reply + 1] = total
   reply[#reply + 1] = 'lim:running'
   reply[#reply + 1] = tonumber(redis.call('HGET', flow_key('lim:run'), '*') or '0')
+  local throttled = {}  -- 'limt:<reason>:<key>': the keys held back most, per reason
+  for _, reason in ipairs({'rate', 'concurrency', 'ratelimited'}) do
+    local top = redis.call('ZREVRANGE', flow_key('lim:thr:' .. reason), 0, LIMIT_TOP - 1,
+      'WITHSCORES')
+    for i = 1, #top, 2 do
+      reply[#reply + 1] = 'limt:' .. reason .. ':' .. top[i]
+      reply[#reply + 1] = tonumber(top[i + 1])
+    end
+  end
   for prefix, rows in pairs({limw = waiting, limr = running}) do
     table.sort(rows, function(a, b) return a[2] > b[2] or (a[2] == b[2] and a[1] < b[1]) end)
     for i = 1, math.min(LIMIT_TOP, #rows) do

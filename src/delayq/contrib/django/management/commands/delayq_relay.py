@@ -12,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.connection import ConnectionDoesNotExist
 
+from ....._core.sizes import parse_size
 from .....exceptions import ConfigError
 from .....outbox import AsyncRelay, QueueFormat
 from ...conf import delayq_settings
@@ -33,6 +34,11 @@ class Command(BaseCommand):
         )
         parser.add_argument("--batch-size", type=int, help="Rows claimed per transaction.")
         parser.add_argument(
+            "--batch-bytes",
+            help="At most this many bytes of tasks per transaction (4MiB, 512KiB or bytes; "
+            "default 4MiB); a single larger row goes alone.",
+        )
+        parser.add_argument(
             "--sweep-interval", type=float, help="Seconds between looks without a NOTIFY."
         )
 
@@ -44,6 +50,10 @@ class Command(BaseCommand):
                 for name in ("batch_size", "sweep_interval")
                 if options.get(name) is not None
             }
+            if options.get("batch_bytes") is not None:
+                relay_options["batch_bytes"] = parse_size(
+                    options["batch_bytes"], "size for --batch-bytes"
+                )
             # Each queue's OPTIONS that the relay honours: max_payload_bytes, durability.
             formats = {
                 name: QueueFormat(**format_options(queue.options))
@@ -52,7 +62,7 @@ class Command(BaseCommand):
             relay = AsyncRelay(
                 conninfo(options.get("database")), conf.redis_url, queues=formats, **relay_options
             )
-        except (ImproperlyConfigured, ConfigError) as exc:
+        except (ImproperlyConfigured, ConfigError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         except ConnectionDoesNotExist as exc:
             raise CommandError(
