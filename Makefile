@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_WORKERS ?= 3
 TOPOLOGY_WORKERS ?= 2
+# A test that fails runs once more (listed under "rerun" in the summary, so a flaky test is
+# seen, not hidden); a test that fails twice fails the suite. RERUNS=0 turns this off.
+RERUNS ?= 1
 
 .PHONY: demo order-service test docs check lint typecheck unasync bench bench-core bench-consumer bench-cluster bench-node soak clean
 
@@ -31,9 +34,9 @@ test: $(STAMP)  ## lint, types, generated-code check and the test suite on Redis
 	@# The topology tests (-m topology: Sentinel and cluster failovers, mostly waiting) run in a
 	@# second pytest beside the rest, in 2 pytest-xdist workers; the rest in 3 (most tests wait on
 	@# servers and due times, so this keeps the suite near 10 minutes on 2 cores).
-	@$(BIN)/pytest -q -p no:cacheprovider -m topology -n $(TOPOLOGY_WORKERS) $(PYTEST_ARGS) > $(VENV)/topology.log 2>&1 & \
+	@$(BIN)/pytest -q -p no:cacheprovider -m topology -n $(TOPOLOGY_WORKERS) --reruns $(RERUNS) -rR $(PYTEST_ARGS) > $(VENV)/topology.log 2>&1 & \
 	topology=$$!; trap 'kill $$topology 2>/dev/null' INT TERM; \
-	$(BIN)/pytest -q -m "not topology" -n $(TEST_WORKERS) $(PYTEST_ARGS); rest=$$?; wait $$topology; topology_rc=$$?; \
+	$(BIN)/pytest -q -m "not topology" -n $(TEST_WORKERS) --reruns $(RERUNS) -rR $(PYTEST_ARGS); rest=$$?; wait $$topology; topology_rc=$$?; \
 	echo "-- the topology tests, run beside the rest:"; cat $(VENV)/topology.log; \
 	[ $$rest -eq 0 ] && [ $$topology_rc -eq 0 ]
 
