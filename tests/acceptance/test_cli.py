@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -85,12 +85,6 @@ def run_many(invocations: Sequence[Sequence[str]], env: dict[str, str] | None = 
 
 
 @pytest.fixture
-def target(redis7_server: EmbeddedRedis, prefix: str) -> list[str]:
-    """The connection options of the test's server and key prefix."""
-    return ["--redis", redis7_server.url, "--prefix", prefix]
-
-
-@pytest.fixture
 def dq(target: list[str]) -> Run:
     """Run one CLI command against the test's server and prefix."""
 
@@ -98,20 +92,6 @@ def dq(target: list[str]) -> Run:
         return run_many([[*args, *target]], timeout=timeout)[0]
 
     return run
-
-
-@pytest.fixture
-def queue(redis7_server: EmbeddedRedis, prefix: str) -> Iterator[Callable[..., DelayQueue]]:
-    made: list[DelayQueue] = []
-
-    def make(name: str, **options: Any) -> DelayQueue:
-        q = DelayQueue(name, redis7_server.url, prefix=prefix, **options)
-        made.append(q)
-        return q
-
-    yield make
-    for q in made:
-        q.close()
 
 
 def ms(dt: datetime | None) -> int:

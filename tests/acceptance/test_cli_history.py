@@ -4,15 +4,11 @@ subprocess per command against the test's own redis-server (issue #22's task his
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
-
-import pytest
 
 from delayq import DelayQueue
 from delayq._core.history import origin
-from delayq.embedded import EmbeddedRedis
 from tests.acceptance.test_cli import run_many
 
 TRACEBACK = (
@@ -21,25 +17,6 @@ TRACEBACK = (
     "    raise ValueError(order)\n"
     "ValueError: order 42 is locked\n"
 )
-
-
-@pytest.fixture
-def target(redis7_server: EmbeddedRedis, prefix: str) -> list[str]:
-    return ["--redis", redis7_server.url, "--prefix", prefix]
-
-
-@pytest.fixture
-def queue(redis7_server: EmbeddedRedis, prefix: str) -> Iterator[Callable[..., DelayQueue]]:
-    made: list[DelayQueue] = []
-
-    def make(name: str, **options: Any) -> DelayQueue:
-        q = DelayQueue(name, redis7_server.url, prefix=prefix, **options)
-        made.append(q)
-        return q
-
-    yield make
-    for q in made:
-        q.close()
 
 
 def finished_task(q: DelayQueue) -> str:

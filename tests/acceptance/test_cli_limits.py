@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from .test_cli import Run, dq, queue, target  # noqa: F401 (fixtures)
+from .test_cli import Run, dq  # noqa: F401 (fixtures; target and queue are in conftest.py)
 
 
 def test_pause_and_resume(dq: Run, queue) -> None:  # noqa: F811

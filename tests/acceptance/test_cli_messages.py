@@ -22,25 +22,6 @@ from tests.acceptance.test_cli import ROOT, Result, cli_env, command, run_many
 
 
 @pytest.fixture
-def target(redis7_server: EmbeddedRedis, prefix: str) -> list[str]:
-    return ["--redis", redis7_server.url, "--prefix", prefix]
-
-
-@pytest.fixture
-def queue(redis7_server: EmbeddedRedis, prefix: str) -> Iterator[Callable[..., DelayQueue]]:
-    made: list[DelayQueue] = []
-
-    def make(name: str, **options: Any) -> DelayQueue:
-        q = DelayQueue(name, redis7_server.url, prefix=prefix, **options)
-        made.append(q)
-        return q
-
-    yield make
-    for q in made:
-        q.close()
-
-
-@pytest.fixture
 def busy_port() -> Iterator[int]:
     """A port something else listens on."""
     with socket.socket() as sock:

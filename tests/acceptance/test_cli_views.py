@@ -35,29 +35,10 @@ RAW = ["\x1b[31m", "\x1b[2J", "\x1b]0;", "\x1b]8;", "\x07", "\x9b", "\u202e", "\
 
 
 @pytest.fixture
-def target(redis7_server: EmbeddedRedis, prefix: str) -> list[str]:
-    return ["--redis", redis7_server.url, "--prefix", prefix]
-
-
-@pytest.fixture
 def raw(redis7_server: EmbeddedRedis) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis7_server.url)
     yield client
     client.close()
-
-
-@pytest.fixture
-def queue(redis7_server: EmbeddedRedis, prefix: str) -> Iterator[Callable[..., DelayQueue]]:
-    made: list[DelayQueue] = []
-
-    def make(name: str, **options: Any) -> DelayQueue:
-        q = DelayQueue(name, redis7_server.url, prefix=prefix, **options)
-        made.append(q)
-        return q
-
-    yield make
-    for q in made:
-        q.close()
 
 
 def piped(*args: str, columns: int = 80) -> Result:
