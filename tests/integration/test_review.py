@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 
-from delayq import Backoff, ConfigError, DelayQueue, LeaseLost, Offer
+from delayq import Backoff, ConfigError, DelayQueue, LeaseLost, Offer, TaskState
 from delayq._core.scripts import Op, script
 from delayq.embedded import EmbeddedRedis
 
@@ -223,7 +223,13 @@ def test_lost_fetch_reply_dead_letters_undelivered_task(
     assert proxy.dropped.is_set()
     delivered.append(consumer.poll(timeout=0.5))  # lease lapses meanwhile
     info = producer.get(tid)
-    assert any(t is not None for t in delivered), f"never delivered; now {info}"
+    # The resend is answered from the receipt only while the lost reply's lease holds: on a
+    # busy machine the reconnect can outlast 50 ms, and the one attempt then ends dead-lettered.
+    # Either way the task is accounted for, never silently gone.
+    if not any(t is not None for t in delivered):
+        assert info is not None, "task gone, neither delivered nor dead-lettered"
+        assert info.state is TaskState.DEAD and info.attempts == 1, info
+        assert info.last_error == "lease expired on attempt 1", info
 
 
 def test_lost_cancel_reply_returns_false(
