@@ -7,6 +7,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from delayq._core.scripts import PLAIN, Op, script
+
+
+def shas(op: Op) -> frozenset[str]:
+    """The SHAs a queue may send for ``op``: its script's and its plain variant's."""
+    return frozenset(script(variant).sha for variant in (op, PLAIN.get(op, op)))
+
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.01) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail the test on timeout."""

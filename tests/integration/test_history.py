@@ -485,12 +485,13 @@ def test_commands_per_call_with_history_on_and_off(
         total = sum(v["calls"] for k, v in stats.items() if k != "cmdstat_evalsha")
         return scripts, total
 
-    counts("warm-up")  # loads the scripts (a NOSCRIPT reply counts as a call)
+    counts("warm-up")  # loads the scripts (a NOSCRIPT reply counts as a call)...
+    counts("warm-up-on", history=60)  # ...and the full fetch and ack
     off_scripts, off_commands = counts("off")
     on_scripts, on_commands = counts("on", history=60)
-    # With history on, plain offers ask offer_one first, then offer.lua: one script call more
-    # for the first plain offer (the shard remembers for a minute).
-    assert on_scripts == off_scripts + 1
+    # With history on, plain offers ask offer_one first, then offer.lua, and the first plain
+    # fetch is refused, then sent full: one script call more each (the shard remembers).
+    assert on_scripts == off_scripts + 2
     assert on_commands > off_commands
 
 

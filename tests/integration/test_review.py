@@ -16,10 +16,10 @@ import pytest
 import redis
 
 from delayq import Backoff, ConfigError, DelayQueue, LeaseLost, Offer, TaskState
-from delayq._core.scripts import Op, script
+from delayq._core.scripts import PLAIN, Op, script
 from delayq.embedded import EmbeddedRedis
 
-from ..helpers import wait_until
+from ..helpers import shas, wait_until
 
 
 def server_ms(client: redis.Redis) -> int:
@@ -35,15 +35,15 @@ def key(prefix: str, name: str, role: str) -> str:
 
 
 class DropReplyProxy:
-    """Forwards connections to Redis. When armed with some bytes, the first request containing
-    them is forwarded, but its reply is dropped and the connection cut: a lost reply, as after
+    """Forwards connections to Redis. When armed with a script's SHAs, the first request naming
+    one is forwarded, but its reply is dropped and the connection cut: a lost reply, as after
     a socket timeout or a network blip. Later connections are forwarded normally."""
 
     def __init__(self, port: int) -> None:
         self._upstream = ("127.0.0.1", port)
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
-        self._trigger: bytes | None = None
+        self._triggers: set[bytes] = set()
         self.dropped = threading.Event()
         self._lock = threading.Lock()
         self._socks: list[socket.socket] = []
@@ -55,10 +55,12 @@ class DropReplyProxy:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def arm(self, op: Op, client: redis.Redis) -> None:
-        """Lose the reply of the next run of ``op`` (loaded first, so it runs at once)."""
-        client.script_load(script(op).source)
+        """Lose the reply of the next run of ``op``, plain or full (loaded first, so it runs
+        at once)."""
+        for variant in (op, PLAIN.get(op, op)):
+            client.script_load(script(variant).source)
         with self._lock:
-            self._trigger = script(op).sha.encode()
+            self._triggers = {sha.encode() for sha in shas(op)}
 
     def _accept(self) -> None:
         while True:
@@ -81,8 +83,8 @@ class DropReplyProxy:
         try:
             while data := down.recv(65536):
                 with self._lock:
-                    if self._trigger is not None and self._trigger in data:
-                        self._trigger = None
+                    if any(trigger in data for trigger in self._triggers):
+                        self._triggers = set()
                         state["drop"] = True
                 up.sendall(data)
         except OSError:

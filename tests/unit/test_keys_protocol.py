@@ -27,7 +27,7 @@ from delayq._core.protocol import (
     check_priority,
     new_task_id,
 )
-from delayq._core.scripts import Op, script
+from delayq._core.scripts import PLAIN, Op, script
 
 # -- keys -------------------------------------------------------------------------------------
 
@@ -385,6 +385,29 @@ def test_scripts_carry_only_the_library_functions_they_use() -> None:
     fetch = script(Op.FETCH).source
     assert "local function backoff_ms" in fetch and "local function bury" in fetch
     assert "local function forget" in fetch and "local function release_key" in fetch
+
+
+def test_plain_scripts_carry_stand_ins_instead_of_the_optional_subsystems() -> None:
+    for op, plain in PLAIN.items():
+        full, lean = script(op).source, script(plain).source
+        assert "\nif plain_refused() then return false end\n" in lean
+        assert script(op).sha != script(plain).sha
+        for subsystem in ("fair_join", "hist_cut", "sched_offer", "limit_spec"):
+            assert f"local function {subsystem}(" in full, (op, subsystem)
+            assert f"local function {subsystem}(" not in lean, (plain, subsystem)
+        assert lean.count("local function ") <= full.count("local function ") - 18
+
+
+def test_every_script_defines_its_functions_before_calling_them() -> None:
+    """A local function called above its definition would be looked up as a global, which
+    fails at run time only (a stand-in placed after its callers, for one)."""
+    for op in Op:
+        source = script(op).source
+        for name in re.findall(r"^local function (\w+)\(", source, re.MULTILINE):
+            first_call = re.search(rf"(?<![\w.:]){name}\(", source)
+            assert first_call is not None and source[: first_call.start()].endswith(
+                "local function "
+            ), (op, name)
 
 
 # -- models -----------------------------------------------------------------------------------

@@ -1251,10 +1251,14 @@ class AsyncDelayQueue(Generic[PayloadT]):
                 for start, (keys, args) in zip(
                     range(0, len(group), protocol.MAX_BATCH), shard.ack_calls(group), strict=True
                 ):
-                    calls.append((Op.ACK, keys, args))
-                    batches.append(group[start : start + protocol.MAX_BATCH])
+                    calls.append((shard.variant(Op.ACK), keys, args))
+                    batches.append((shard, group[start : start + protocol.MAX_BATCH]))
             acked = {}
-            for batch, reply in zip(batches, await self._many(calls), strict=True):
+            for (shard, batch), (sent, keys, args), reply in zip(
+                batches, calls, await self._many(calls), strict=True
+            ):
+                if shard.refused(sent, [reply]):  # the queue uses a feature: the full ack
+                    reply = await shard.run(Op.ACK, args, keys=keys)
                 acked.update(zip(map(id, batch), protocol.parse_ack(reply), strict=True))
         return _settled(tasks, [acked[id(t)] for t in leased])
 

@@ -29,7 +29,7 @@ from .._core.keys import QueueKeys
 from .._core.models import DedupMode, TaskInfo, TaskState, to_datetime
 from .._core.offers import TaskId, task_ids_of
 from .._core.protocol import FetchResult, OfferSpec, Policy, RawTask
-from .._core.scripts import Op
+from .._core.scripts import PLAIN, Op
 from .._core.text import printable, utf8_safe
 from ..exceptions import DecodeError, DelayqError, NotDurable, RedisUnavailable, ServerError
 from . import backend, runner
@@ -106,6 +106,10 @@ UNLEASED_AHEAD_S = 0.01
 # [H] Once offer_one.lua said the shard keeps task histories, plain offers go straight to
 # offer.lua (which records them) for this long, then ask again (history may be off by then).
 HISTORY_HINT_S = 60.0
+# The plain fetch and ack (scripts.PLAIN) refuse a queue that uses a pause, limits, limit
+# keys, histories or schedules, writing nothing; the shard then sends the full scripts for
+# this long and tries the plain ones again: one refused call per period while they stay.
+FULL_HOLD_S = 30.0
 
 
 @dataclass(eq=False)
@@ -148,6 +152,7 @@ class AsyncShard:
         self._settings = settings
         self.notifier = conn.subscriber.notifier(keys.channel, bell)
         self._recorded_until = 0.0  # [H] see HISTORY_HINT_S
+        self._full_until = 0.0  # see FULL_HOLD_S
 
     @property
     def name(self) -> str:
@@ -169,11 +174,48 @@ class AsyncShard:
     ) -> Any:
         """Run a script through the connection layer (which retries lost connections and
         failovers until ``deadline``: -1 for the reconnect timeout, None for ever). Every
-        script is safe to resend after a lost reply (see their headers: receipts or checks)."""
+        script is safe to resend after a lost reply (see their headers: receipts or checks).
+        The fetch and the ack go plain first (see FULL_HOLD_S)."""
+        keys = keys or self._key_list
         try:
-            return await self._runner.run(op, keys or self._key_list, args, deadline=deadline)
+            sent = self.variant(op)
+            reply = await self._runner.run(sent, keys, args, deadline=deadline)
+            if self.refused(sent, [reply]):
+                reply = await self._runner.run(op, keys, args, deadline=deadline)
+            return reply
         except (RedisUnavailable, ServerError) as exc:
             raise type(exc)(f"queue {self._settings.name!r}: {exc}") from exc
+
+    async def batch(
+        self,
+        op: Op,
+        keys: Sequence[str],
+        arg_lists: list[list[Any]],
+        tail: Sequence[Any],
+        deadline: float | None = -1.0,
+    ) -> list[Any]:
+        """The runner's batch of ``op``, plain first as :meth:`run`: a refused batch is sent
+        again whole, full (what the plain calls did not refuse, a resend answers from its
+        receipt)."""
+        sent = self.variant(op)
+        replies = await self._runner.batch(sent, keys, arg_lists, tail=tail, deadline=deadline)
+        if self.refused(sent, replies[: len(arg_lists)]):
+            replies = await self._runner.batch(op, keys, arg_lists, tail=tail, deadline=deadline)
+        return replies
+
+    def variant(self, op: Op) -> Op:
+        """The script to send for ``op``: its plain variant if it has one and none was
+        refused of late (see FULL_HOLD_S), else ``op``."""
+        plain = PLAIN.get(op)
+        return plain if plain is not None and self._full_until <= backend.monotonic() else op
+
+    def refused(self, sent: Op, replies: Sequence[Any]) -> bool:
+        """Whether ``sent``, a plain script, refused (replied nil) in ``replies``: the queue
+        uses a feature, and the full scripts go for the next FULL_HOLD_S."""
+        if sent not in PLAIN.values() or None not in replies:
+            return False
+        self._full_until = backend.monotonic() + FULL_HOLD_S
+        return True
 
     async def write(
         self,
@@ -189,7 +231,7 @@ class AsyncShard:
         durability = self._settings.durability
         tail = durability.commands() if durability is not None else ()
         try:
-            replies = await self._runner.batch(op, keys or self._key_list, arg_lists, tail=tail)
+            replies = await self.batch(op, keys or self._key_list, arg_lists, tail)
         except (RedisUnavailable, ServerError) as exc:
             raise type(exc)(f"queue {self._settings.name!r}: {exc}") from exc
         if durability is None:
@@ -451,8 +493,8 @@ class AsyncShard:
         """The fetch script, then its WAIT on the same connection; a lease the replicas did
         not confirm is handed back before anyone runs it (see :class:`Durability`)."""
         try:
-            reply, *waited = await self._runner.batch(
-                Op.FETCH, keys, [args], tail=durability.commands(), deadline=deadline
+            reply, *waited = await self.batch(
+                Op.FETCH, keys, [args], durability.commands(), deadline=deadline
             )
         except (RedisUnavailable, ServerError) as exc:
             raise type(exc)(f"queue {self._settings.name!r}: {exc}") from exc

@@ -757,6 +757,17 @@ local function sched_release(name, now)
   sched_offer(name, st, id, tonumber(fire_ms), math.max(now, tonumber(fire_ms)))
 end
 
+-- [S] The fetch's look at the schedules: whether fires are due in the chain's wake plan
+-- (sched:due). One EXISTS for a queue without schedules, which task_ended then skips.
+local function sched_probe()
+  local due = sched_key('sched:due')
+  if redis.call('EXISTS', due, sched_key('sched:fire')) == 0 then
+    sched_memo.none = true
+    return false
+  end
+  return redis.call('EXISTS', due) == 1
+end
+
 -- [S] hook: tasks that ended for good (outcome 'ok', 'dead', 'cancelled', 'expired',
 -- 'purged'). O(1) for a queue without schedule fires: one EXISTS per script call.
 local function task_ended(ids, now, outcome)

@@ -95,17 +95,12 @@ for _, key in ipairs(kept) do
   if id and redis.call('HEXISTS', K_TASKS, id) == 0 then redis.call('HDEL', K_KEYMAP, key) end
 end
 
--- [S] The schedule step: the fires that came due, in the chain's wake plan (sched:due). One
--- EXISTS for a queue without schedules; a queue's pause holds its fires back.
-local sched_due = sched_key('sched:due')
-local sched_on, sched_low = false, nil
-if redis.call('EXISTS', sched_due, sched_key('sched:fire')) == 0 then
-  sched_memo.none = true
-else
-  sched_on = redis.call('EXISTS', sched_due) == 1
-end
+-- [S] The schedule step: the fires that came due, in the chain's wake plan (sched:due); a
+-- queue's pause holds its fires back.
+local sched_on, sched_low = sched_probe(), nil
 if sched_on and not paused then
-  local names = redis.call('ZRANGEBYSCORE', sched_due, '-inf', fmt(now), 'LIMIT', 0, limit)
+  local names = redis.call('ZRANGEBYSCORE', sched_key('sched:due'), '-inf', fmt(now),
+    'LIMIT', 0, limit)
   for _, name in ipairs(names) do
     if sched_advance(name, now) then
       sched_low = sched_low or {}
@@ -136,7 +131,7 @@ local function next_wake()
     local lapse = ms_of(next_lapse) + 1
     if wake < 0 or lapse < wake then wake = lapse end
   end
-  local fire = sched_on and not paused and head_score(sched_due)  -- [S] the next chain fire
+  local fire = sched_on and not paused and head_score(sched_key('sched:due'))  -- [S]
   if fire and (wake < 0 or fire < wake) then wake = fire end
   return wake
 end

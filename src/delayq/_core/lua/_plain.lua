@@ -1,0 +1,32 @@
+-- The plain fetch and ack (scripts.py): the same bodies for a queue with no pause, limits,
+-- limit keys, task histories or schedules. These blocks stand in for the library's functions
+-- of the same names, so the optional subsystems' ~30 functions are not made on every call
+-- (each costs Redis time before the first command runs). plain_refused() runs first: when
+-- any of those features' keys exists the script returns nil without writing anything, and
+-- the client sends the full script instead.
+
+local function plain_refused()
+  local names = {flow_key('hist'), sched_key('sched:due'), sched_key('sched:fire')}
+  for _, roles in pairs(FLOW_KEYS) do
+    for _, role in ipairs(roles) do names[#names + 1] = flow_key(role) end
+  end
+  return redis.call('EXISTS', unpack(names)) > 0
+end
+
+local function flow_probe() end
+local function hist_settings() return false end
+local function queue_pause_state() return false, nil end
+local function sched_probe() return false end
+local function lease_ended() end
+local function task_ended() end
+local function hist_note() end
+local function hist_ended() end
+local function limit_keys_forget() end
+local function unpark() return false end
+
+-- Reached only behind a feature the refusal rules out.
+local function limited_due() error('delayq: the plain fetch met flow control') end
+local function limits_charge() error('delayq: the plain fetch met flow control') end
+local function hist_add() error('delayq: the plain script met a task history') end
+local function hist_span() error('delayq: the plain script met a task history') end
+local function sched_advance() error('delayq: the plain fetch met a schedule') end
