@@ -29,6 +29,7 @@ local FLOW_KEYS = {pause = {'pause'}, limits = {'lim'}, ready = {'lim:ready'},
 local UNKEYED = '~none'  -- [L] the line of tasks offered without a limit key to a keyed queue
 local fair_memo = {}  -- [L] per call: the virtual time, read once (it changes only at the end)
 local hist_conf = nil  -- [H] per call: the queue's history settings, false when off
+local plain_seen = {}  -- per call: what the plain scripts' first look found (_plain.lua)
 
 -- One clock for everybody: the server's. Returns now in whole ms and, second, the next whole
 -- ms: a positive delay counts from there, so a task is never due before now + delay.
@@ -42,6 +43,9 @@ local function fmt(n) return string.format('%.0f', n) end
 local function score(ms, slot) return ms * SLOTS + slot end
 local function ms_of(s) return math.floor(tonumber(s) / SLOTS) end
 local function slot_of(s) return tonumber(s) % SLOTS end
+
+-- Whether the queue holds tasks with a ttl (the fetch's look).
+local function expiry_exists() return redis.call('EXISTS', K_EXPIRY) == 1 end
 
 local function head_score(key)
   local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')

@@ -6,12 +6,25 @@
 -- the client sends the full script instead.
 
 local function plain_refused()
-  local names = {flow_key('hist'), sched_key('sched:due'), sched_key('sched:fire')}
-  for _, roles in pairs(FLOW_KEYS) do
-    for _, role in ipairs(roles) do names[#names + 1] = flow_key(role) end
+  -- The same EXISTS tells the fetch whether tasks with a ttl exist: K_EXPIRY is named once,
+  -- each feature key twice, so an odd count is K_EXPIRY's.
+  local names = {K_EXPIRY}
+  local function twice(key)
+    names[#names + 1] = key
+    names[#names + 1] = key
   end
-  return redis.call('EXISTS', unpack(names)) > 0
+  twice(flow_key('hist'))
+  twice(sched_key('sched:due'))
+  twice(sched_key('sched:fire'))
+  for _, roles in pairs(FLOW_KEYS) do
+    for _, role in ipairs(roles) do twice(flow_key(role)) end
+  end
+  local found = redis.call('EXISTS', unpack(names))
+  plain_seen.expiry = found % 2 == 1
+  return found >= 2
 end
+
+local function expiry_exists() return plain_seen.expiry end
 
 local function flow_probe() end
 local function hist_settings() return false end

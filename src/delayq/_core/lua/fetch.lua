@@ -70,7 +70,7 @@ end
 count('lease_expired', #lapsed / 2)
 
 -- Tasks whose ttl ran out before anyone took them.
-local has_expiry = redis.call('EXISTS', K_EXPIRY) == 1
+local has_expiry = expiry_exists()
 if has_expiry then
   local stale = redis.call('ZRANGEBYSCORE', K_EXPIRY, '-inf', '(' .. fmt(now), 'LIMIT', 0, limit)
   local expired = 0
