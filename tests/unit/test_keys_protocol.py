@@ -8,6 +8,7 @@ import math
 import re
 import time
 from datetime import UTC, datetime
+from importlib import resources
 
 import pytest
 from redis.cluster import key_slot
@@ -396,6 +397,31 @@ def test_plain_scripts_carry_stand_ins_instead_of_the_optional_subsystems() -> N
             assert f"local function {subsystem}(" in full, (op, subsystem)
             assert f"local function {subsystem}(" not in lean, (plain, subsystem)
         assert lean.count("local function ") <= full.count("local function ") - 18
+
+
+def test_the_plain_refusal_names_every_feature_key() -> None:
+    """plain_refused() writes out the feature keys: one added to the library's FLOW_KEYS (or
+    the histories' and schedules' keys) must be named there too, or the plain scripts would
+    serve a queue that uses it."""
+    lib = resources.files("delayq._core").joinpath("lua", "_lib.lua").read_text("utf-8")
+    table = re.search(r"^local FLOW_KEYS = (\{.*?\}\})", lib, re.MULTILINE | re.DOTALL)
+    assert table is not None
+    roles = {*re.findall(r"'([\w:]+)'", table.group(1)), "hist", "sched:due", "sched:fire"}
+    guard = script(Op.FETCH_PLAIN).source.split("local function plain_refused()")[1]
+    guard = guard.split("\nend\n")[0]
+    role_of = {}  # local variable -> the role it names
+    for names, values in re.findall(r"local ([\w, ]+) = ((?:p \.\. '[\w:]+',? ?)+)", guard):
+        for name, role in zip(
+            names.split(", "), re.findall(r"p \.\. '([\w:]+)'", values), strict=True
+        ):
+            role_of[name] = role
+    exists = re.search(r"redis\.call\('EXISTS', ([^)]*)\)", guard)
+    assert exists is not None
+    args = re.findall(r"\w+", exists.group(1))
+    assert args.count("K_EXPIRY") == 1
+    named = {role_of[arg] for arg in args if arg in role_of}
+    assert named == roles
+    assert all(args.count(name) == 2 for name in role_of)
 
 
 def test_every_script_defines_its_functions_before_calling_them() -> None:

@@ -7,19 +7,15 @@
 
 local function plain_refused()
   -- The same EXISTS tells the fetch whether tasks with a ttl exist: K_EXPIRY is named once,
-  -- each feature key twice, so an odd count is K_EXPIRY's.
-  local names = {K_EXPIRY}
-  local function twice(key)
-    names[#names + 1] = key
-    names[#names + 1] = key
-  end
-  twice(flow_key('hist'))
-  twice(sched_key('sched:due'))
-  twice(sched_key('sched:fire'))
-  for _, roles in pairs(FLOW_KEYS) do
-    for _, role in ipairs(roles) do twice(flow_key(role)) end
-  end
-  local found = redis.call('EXISTS', unpack(names))
+  -- each feature key twice, so an odd count is K_EXPIRY's. The features' keys: FLOW_KEYS's,
+  -- the histories' settings and the schedules' wake plan and fires, written out (building
+  -- the list from the tables costs every call).
+  local p = string.sub(K_COUNTERS, 1, -9)
+  local hist, due, fire, pause = p .. 'hist', p .. 'sched:due', p .. 'sched:fire', p .. 'pause'
+  local lim, ready, hold, gate = p .. 'lim', p .. 'lim:ready', p .. 'lim:hold', p .. 'lim:gate'
+  local held, task = p .. 'lim:held', p .. 'lim:task'
+  local found = redis.call('EXISTS', K_EXPIRY, hist, hist, due, due, fire, fire, pause, pause,
+    lim, lim, ready, ready, hold, hold, gate, gate, held, held, task, task)
   plain_seen.expiry = found % 2 == 1
   return found >= 2
 end
