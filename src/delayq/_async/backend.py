@@ -143,7 +143,12 @@ async def node_checkout(client: Any, address: tuple[str, int]) -> Any:
 
 
 async def node_checkin(client: Any, address: tuple[str, int], conn: Any) -> None:
-    _node(client, address).release(conn)
+    node = _node(client, address)
+    release = getattr(node, "release", None)
+    if release is None:  # redis-py 5.x: its own calls put a connection back on the free deque
+        node._free.append(conn)
+    else:
+        release(conn)
 
 
 async def refresh_topology(client: Any) -> None:
