@@ -1,8 +1,8 @@
-"""Redis time per fetch and per ack call, one task per call: the full scripts against the
-plain ones, and, given a JSON of older sources, against those; all interleaved on one private
-redis-server, EVALSHA's ``usec_per_call`` from ``INFO commandstats`` reset per round.
+"""Redis time per fetch and per ack call (one task each, or --batch): the full scripts
+against the plain ones, and, given a JSON of older sources, against those; all interleaved on
+one private redis-server, EVALSHA's ``usec_per_call`` from ``INFO commandstats`` reset per round.
 
-    python -m bench.script_cost [OLD.json] [--calls 1000] [--rounds 12]
+    python -m bench.script_cost [OLD.json] [--calls 1000] [--rounds 12] [--batch 1]
 
 ``OLD.json`` holds ``{"fetch": source, "ack": source}`` of another tree's scripts (see
 docs/benchmarks-core.md), whose fetch takes the arguments of commit 9757503 (no consumer).
@@ -14,6 +14,7 @@ import argparse
 import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("old", type=Path, nargs="?", help="JSON of older fetch and ack sources")
     parser.add_argument("--calls", type=int, default=1000, help="calls per round and script")
     parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--batch", type=int, default=1, help="tasks per fetch and per ack")
     args = parser.parse_args(argv)
     sources = {
         "full": (script(Op.FETCH).source, script(Op.ACK).source),
@@ -44,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         client = redis.Redis.from_url(server.url)
         queue = DelayQueue(NAME, redis=server.url, prefix=PREFIX)
         try:
-            got = _measure(client, queue, sources, args.calls, args.rounds)
+            got = _measure(client, queue, sources, args.calls, args.rounds, args.batch)
         finally:
             queue.close()
     for name in sorted(got):
@@ -62,6 +64,7 @@ def _measure(
     sources: dict[str, tuple[str, str]],
     calls: int,
     rounds: int,
+    batch: int,
 ) -> dict[str, list[float]]:
     keys = QueueKeys(PREFIX, NAME)
     policy = Policy(30_000, 5, Backoff())
@@ -73,23 +76,26 @@ def _measure(
     got: dict[str, list[float]] = {}
     for _ in range(rounds):
         for name, (fetch, ack) in shas.items():
-            queue.offer_many([("x", 0)] * calls)
+            for _ in range(0, calls * batch, 1000):
+                queue.offer_many([("x", 0)] * min(1000, calls * batch))
             leased = []
             client.config_resetstat()
             for _ in range(calls):
-                fetch_args = protocol.fetch_args(policy, 1, 15_000)
+                fetch_args = protocol.fetch_args(policy, batch, 15_000)
                 if name == "old":
                     fetch_args = fetch_args[:9]  # before the histories' consumer argument
                 receipt = keys.receipt("fetch", fetch_args[2])
-                reply = client.evalsha(fetch, 14, *keys.all, receipt, *fetch_args)
-                leased.append((reply[3], reply[8]))
+                reply: Any = client.evalsha(fetch, 14, *keys.all, receipt, *fetch_args)
+                leased.append(
+                    [x for r in range(3, len(reply), 6) for x in (reply[r], reply[r + 5])]
+                )
             got.setdefault(f"{name} fetch", []).append(per_call())
             client.config_resetstat()
-            for task_id, token in leased:
+            for pairs in leased:
                 receipt = keys.receipt("ack", protocol.new_nonce())
-                acked = client.evalsha(ack, 14, *keys.all, receipt, 15_000, task_id, token)
-                if acked != [1]:
-                    raise SystemExit(f"{name} ack of {task_id!r} answered {acked!r}")
+                acked = client.evalsha(ack, 14, *keys.all, receipt, 15_000, *pairs)
+                if acked != [1] * batch:
+                    raise SystemExit(f"{name} ack of {pairs[::2]!r} answered {acked!r}")
             got.setdefault(f"{name} ack", []).append(per_call())
     return got
 
