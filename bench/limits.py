@@ -122,8 +122,8 @@ def run_drain(url: str, n: int, limit: Limit | None) -> dict[str, Any]:
         for start in range(0, n, 5000):
             q.offer_many([Offer(i, at=due_at) for i in range(start, min(n, start + 5000))])
         before = commands(client)
-        while q.stats().total > 0:
-            time.sleep(0.2)
+        while q.stats().total > 0:  # once a second: this look's own commands stay few
+            time.sleep(1.0)
         after = commands(client)
         pool.stop()
     rows = handled(client, prefix)

@@ -360,3 +360,48 @@ def test_flow_control_survives_a_script_flush(make_queue, client: redis.Redis) -
     assert q.resume()
     client.script_flush()
     assert q.limits.list()[0].key == "t" and q.limits.remove("t")
+
+
+def test_throttled_consumers_are_told_their_turns_one_batch_apart(make_queue) -> None:
+    """'*' at 5/s, burst 5: the consumer that takes the burst is told when the next batch
+    may start (it does not look again at once), and a second consumer refused meanwhile is
+    told the batch after that, so one consumer, not both, wakes per batch."""
+    first, second = make_queue("turns", safety_interval=30), make_queue("turns")
+    first.limits.set("*", Limit(rate=5, burst=5))
+    first.offer_many([(i, 0) for i in range(20)])
+    assert len(first.poll_many(5, timeout=0)) == 5
+    assert second.poll_many(5, timeout=0) == []  # a token comes back every 200 ms
+    now = time.monotonic()
+    first_at = first._watch(first._all()[0]).quiet_until()
+    second_at = second._watch(second._all()[0]).quiet_until()
+    assert first_at is not None and second_at is not None, "told to look again at once"
+    # 5 tokens come back in 1 s: the first consumer's next batch, then the second's
+    assert 0.6 < first_at - now <= 1.05, first_at - now
+    assert 0.9 <= second_at - first_at <= 1.05, second_at - first_at
+    got: list = []
+    deadline = time.monotonic() + 10
+    while len(got) < 15 and time.monotonic() < deadline:  # in turns, 5 (or a few) a time
+        got += first.poll_many(5, timeout=1.5) + second.poll_many(5, timeout=1.5)
+    assert len(got) == 15 and all(t.attempts == 1 for t in got)
+    assert len({t.payload for t in got}) == 15
+
+
+def test_a_fetch_that_took_all_that_was_due_waits_for_the_next_due_time(
+    make_queue, client: redis.Redis
+) -> None:
+    """Three due now, the next in 30 s: the fetch that took the three records that nothing
+    is due before then, and the next poll does not send a fetch to find out; a task offered
+    due now is still announced and taken at once."""
+    q = make_queue("short", safety_interval=60)
+    q.offer_many([(i, 0) for i in range(3)])
+    q.offer("later", delay=30)
+    assert sorted(t.payload for t in q.poll_many(10, timeout=0)) == [0, 1, 2]
+    until = q._watch(q._all()[0]).quiet_until()
+    assert until is not None and until - time.monotonic() > 20, until
+    scripts_before = client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    assert q.poll_many(10, timeout=0.3) == []
+    assert client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0) == (
+        scripts_before
+    ), "the poll fetched although nothing was due"
+    q.offer("now", delay=0)
+    assert [t.payload for t in q.poll_many(10, timeout=5)] == ["now"]

@@ -458,8 +458,8 @@ class Shard:
         acks: Sequence[Any] = (),
     ) -> tuple[list[RawTask], FetchResult]:
         """One fetch script call: ack ``acks`` (tasks with ``id`` and ``lease_token``), then
-        lease up to ``count`` due tasks. A look that leases nothing records in ``watch`` when
-        the next one is worth making."""
+        lease up to ``count`` due tasks, and record in ``watch`` when the next look is worth
+        making."""
         mark = self.notifier.mark()
         args = protocol.fetch_args(policy, count, self._settings.receipt_ms)
         for task in acks:
@@ -475,12 +475,12 @@ class Shard:
         # The server read its clock about halfway through the round trip: plan from there.
         received_at = backend.monotonic()
         fetched_at = (sent_at + received_at) / 2 if received_at - sent_at < 0.05 else received_at
-        watch.quiet = None
-        if not result.tasks:
-            wake_at = fetched_at + safety_s
-            if result.next_wake_ms is not None:
-                wake_at = min(wake_at, fetched_at + result.seconds_until(result.next_wake_ms))
-            watch.quiet = Quiet(mark, wake_at, fetched_at, result)
+        # The reply says when something next falls due (a task, a lapse, a limit's gate):
+        # not before then, unless the channel announces news. More due now: look at once.
+        wake_at = fetched_at + safety_s
+        if result.next_wake_ms is not None:
+            wake_at = min(wake_at, fetched_at + result.seconds_until(result.next_wake_ms))
+        watch.quiet = Quiet(mark, wake_at, fetched_at, result)
         return list(result.tasks), result
 
     def _fetch_durably(

@@ -409,11 +409,17 @@ local function limited_due(want, scan, now_us, leased)
   end
   local star = limit_for('*')
   -- '*' may start none now: wake when a batch may start (the burst the limit allows anyway,
-  -- no more than are waiting), so the consumers woken then fetch batches, not one task each.
+  -- no more than are waiting or this consumer asked for), so the consumers woken then fetch
+  -- batches, not one task each.
   local function star_refused(why, waiting)
     if why ~= 'full' and star and star.rate and held_until('*') <= now then
-      local batch = math.min(star.burst, waiting)
+      local batch = math.min(star.burst, waiting, want)
       if batch > 1 then why = math.ceil((tat_of('*') - star.tau + (batch - 1) * star.t) / 1000) end
+      -- Consumers refused before then take turns, a batch each: each is told the time of
+      -- the batch after the last one told, so one consumer, not all, wakes per batch.
+      local told = tonumber(redis.call('HGET', TAT, '~turn') or '0')
+      if told > now then why = math.max(why, told + math.ceil(batch * star.t / 1000)) end
+      redis.call('HSET', TAT, '~turn', why)
     end
     if why == 'full' then
       redis.call('SADD', FULL, '*')
@@ -449,6 +455,13 @@ local function limited_due(want, scan, now_us, leased)
     end
     take('*', star, n)
     save()
+    -- More are due than '*' allowed: the reply says when the next batch may start, so the
+    -- consumers sleep until then instead of looking again at once.
+    local more = #due / 2 - n
+    if more > 0 then
+      local _, why = allowance('*', star)
+      if why then return picked, charged, star_refused(why, more) end
+    end
     return picked, charged, nil
   end
 

@@ -69,6 +69,7 @@ end
 local waiting = redis.call('ZRANGE', GATE, 0, -1)
 for _, k in ipairs(redis.call('SMEMBERS', FULL)) do waiting[#waiting + 1] = k end
 redis.call('DEL', GATE, FULL)
+redis.call('HDEL', flow_key('lim:tat'), '~turn')  -- consumers' turns at '*' (fetch.lua)
 for _, k in ipairs(waiting) do fair_rejoin(k) end
 wake_now(now)
 return {result}
