@@ -250,7 +250,8 @@ end
 --   lim        HASH limit key -> 'rate|per_us|burst|concurrency|weight' ('' = none); '*' is
 --              the whole queue, '~default' every key without its own. No hash: no limits.
 --   lim:task   HASH task id -> its limit key (offer's limit_key)
---   lim:tat    HASH limit key -> GCRA theoretical arrival time, epoch us
+--   lim:tat    HASH limit key -> GCRA theoretical arrival time, epoch us; '~turn' -> the ms
+--              the last consumer refused at '*' was told to look again
 --   lim:run    HASH limit key -> leases held ('*': all leases handed out under limits)
 --   lim:held   HASH task id -> the limit key its lease holds a slot of ('' = only '*')
 --   lim:w:<k>  ZSET due task id of key k -> its score in the delayed set (order kept);
