@@ -404,7 +404,7 @@ def test_the_plain_refusal_names_every_feature_key() -> None:
     the histories' and schedules' keys) must be named there too, or the plain scripts would
     serve a queue that uses it."""
     lib = resources.files("delayq._core").joinpath("lua", "_lib.lua").read_text("utf-8")
-    table = re.search(r"^local FLOW_KEYS = (\{.*?\}\})", lib, re.MULTILINE | re.DOTALL)
+    table = re.search(r"^ *local FLOW_KEYS = (\{.*?\}\})", lib, re.MULTILINE | re.DOTALL)
     assert table is not None
     roles = {*re.findall(r"'([\w:]+)'", table.group(1)), "hist", "sched:due", "sched:fire"}
     guard = script(Op.FETCH_PLAIN).source.split("local function plain_refused()")[1]

@@ -23,9 +23,6 @@ local SCHED_LOW = 8  -- fewer cron times ahead than this: ask the client for mor
 -- costs its steps before it, not at it.
 local SCHED_LEAD_MS = 1000
 local flow_seen = {}  -- [L] per call: which flow-control keys exist (see flow_probe)
--- [L] The keys behind each of flow_seen's fields (roles under the queue's prefix).
-local FLOW_KEYS = {pause = {'pause'}, limits = {'lim'}, ready = {'lim:ready'},
-  gated = {'lim:hold', 'lim:gate'}, held = {'lim:held'}, task = {'lim:task'}}
 local UNKEYED = '~none'  -- [L] the line of tasks offered without a limit key to a keyed queue
 local fair_memo = {}  -- [L] per call: the virtual time, read once (it changes only at the end)
 local hist_conf = nil  -- [H] per call: the queue's history settings, false when off
@@ -113,6 +110,10 @@ end
 -- counts a key each time it is named, so the count tells both apart.
 local function flow_probe()
   if rawget(flow_seen, 'any') ~= nil then return end
+  -- The keys behind each of flow_seen's fields (roles under the queue's prefix); made here,
+  -- not in the preamble, so that the scripts that never probe do not build it every call.
+  local FLOW_KEYS = {pause = {'pause'}, limits = {'lim'}, ready = {'lim:ready'},
+    gated = {'lim:hold', 'lim:gate'}, held = {'lim:held'}, task = {'lim:task'}}
   local all = {}
   for _, roles in pairs(FLOW_KEYS) do
     for _, role in ipairs(roles) do all[#all + 1] = flow_key(role) end
