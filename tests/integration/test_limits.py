@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 import redis
 
-from delayq import ConfigError, InvalidTaskError, Limit, LimitInfo, Offer, TaskState
+from delayq import ConfigError, InvalidTaskError, Limit, LimitInfo, Offer, TaskState, Worker
 from delayq._core import protocol
 from delayq._core.scripts import Op
 from delayq._core.sharding import shard_of
@@ -405,3 +405,40 @@ def test_a_fetch_that_took_all_that_was_due_waits_for_the_next_due_time(
     ), "the poll fetched although nothing was due"
     q.offer("now", delay=0)
     assert [t.payload for t in q.poll_many(10, timeout=5)] == ["now"]
+
+
+def test_a_throttled_worker_fetches_its_whole_room_at_its_turn(make_queue) -> None:
+    """'*' at 40/s, burst 20, a worker holding up to 20 (4 handlers of 30 ms, 16 ahead): a
+    batch is handled in ~150 ms, its next turn comes 500 ms after the last, and the fetch
+    sent at the turn asks for the room there is then (20), not the 16 slots free when its
+    buffer emptied and it began to wait."""
+    q = make_queue("whole-room", safety_interval=30)
+    q.limits.set("*", Limit(rate=40, burst=20))
+    q.offer_many([(i, 0) for i in range(100)])
+    asked: list[tuple[int, int]] = []
+    poll_many = q.poll_many
+
+    def spy_poll(max_tasks: int, timeout: float = 0.0) -> list:
+        got = poll_many(max_tasks, timeout)
+        if got:
+            asked.append((max_tasks, len(got)))
+        return got
+
+    q.poll_many = spy_poll  # type: ignore[method-assign]
+    done: list[int] = []
+
+    def handler(task) -> None:
+        time.sleep(0.03)  # the work; the turn comes long after it
+        done.append(task.payload)
+
+    worker = Worker(q, handler, concurrency=4, prefetch=16)
+    background = worker.start_background()
+    try:
+        wait_until(lambda: len(done) == 100, timeout=20)
+    finally:
+        background.stop()
+    assert sorted(done) == list(range(100))
+    assert sum(got for _, got in asked) == 100, asked
+    later = asked[1:]  # the first fetch came before the limit's turns
+    assert later and all(want == 20 for want, _ in later[:-1]), asked
+    assert len(asked) <= 7, asked

@@ -8,7 +8,7 @@ from itertools import count
 
 import pytest
 
-from delayq._workers.ledger import Delivery, Ledger, Pace
+from delayq._workers.ledger import ROOM_STEP_S, Delivery, Ledger, Pace
 
 _tokens = count(1)
 
@@ -245,8 +245,19 @@ def test_a_done_task_is_not_extended_and_not_handed_back() -> None:
 
 def test_default_pace_batches_a_burst() -> None:
     pace = Pace.of(slots=8, prefetch=32)
-    assert (pace.capacity, pace.refill, pace.ack_batch) == (40, 16, 16)
+    assert (pace.capacity, pace.refill, pace.ack_batch) == (40, 16, 40)  # a buffer's acks
     assert Pace.of(slots=4, prefetch=0).refill == 1  # no prefetch: every free slot counts
+    assert Pace.of(slots=4, prefetch=0).ack_batch == 16
+    assert Pace.of(slots=200, prefetch=800).ack_batch == 100  # one ack call stays short
+
+
+def test_a_fetch_waits_in_short_steps_while_room_may_grow() -> None:
+    """A fetch for less than a full buffer waits ROOM_STEP_S at a time (handlers still
+    running free more room meanwhile); one for all of it waits the worker's poll timeout."""
+    book: Ledger = Ledger(1, PACE)
+    assert book.fetch_wait(0, PACE.capacity, 0.5) == 0.5
+    assert book.fetch_wait(0, PACE.capacity - 1, 0.5) == ROOM_STEP_S
+    assert book.fetch_wait(0, 1, 0.01) == 0.01
 
 
 # -- leases that run out in the buffer --------------------------------------------------------

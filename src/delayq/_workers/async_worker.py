@@ -214,7 +214,9 @@ class AsyncWorker(WorkerBase):
                 await _sleep_unless(self._space[index], 0.5)
                 continue
             try:
-                tasks = await queue.poll_many(wanted, timeout=self._poll_timeout[index])
+                tasks = await queue.poll_many(
+                    wanted, timeout=ledger.fetch_wait(index, wanted, self._poll_timeout[index])
+                )
                 backoff = 0.05
                 self._fetch_trouble[index].succeeded()
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die

@@ -23,6 +23,11 @@ from .._core.protocol import MAX_BATCH
 
 Key = tuple[int, str]  # (index of the queue in the worker's list, task id)
 
+# While handlers run or tasks wait, room grows during a fetch's wait for its due time (or a
+# limit's turn): the fetch waits in steps this long, so that when it goes it asks for the
+# room there is then, not the room there was when it began waiting. Costs no Redis call.
+ROOM_STEP_S = 0.05
+
 
 @dataclass(eq=False)
 class Delivery:
@@ -53,7 +58,9 @@ class Pace:
         # Half the prefetch: the buffer still feeds the handlers during the round trip that
         # refills it, and a burst costs one fetch per >= prefetch/2 tasks, not one per task.
         refill = max(1, min(prefetch // 2, MAX_BATCH))
-        return cls(capacity, refill, min(max(slots, 16), MAX_BATCH), 0.02)
+        # Up to a full buffer's acks in one call: a worker that fetched a batch (a throttled
+        # one takes its turn's batch at once) acks it in one call, not in several.
+        return cls(capacity, refill, min(max(slots, 16, capacity), 100, MAX_BATCH), 0.02)
 
 
 class Ledger(Generic[D]):
@@ -87,6 +94,11 @@ class Ledger(Generic[D]):
         if free <= 0 or (waiting and free < self.pace.refill):
             return 0
         return min(free, MAX_BATCH)
+
+    def fetch_wait(self, index: int, wanted: int, longest_s: float) -> float:
+        """How long a fetch of ``wanted`` tasks for queue ``index`` may wait for them: the
+        worker's poll timeout, or ROOM_STEP_S while more room may come."""
+        return longest_s if wanted >= self.pace.capacity else min(longest_s, ROOM_STEP_S)
 
     def fetched(self, index: int, tasks: Iterable[Any], start_by: float | None = None) -> None:
         """Redis leased ``tasks`` to this worker: held (kept alive) from now, waiting to run.

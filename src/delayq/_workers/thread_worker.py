@@ -212,7 +212,9 @@ class Worker(WorkerBase):
                     space.wait(0.5)
                     continue
             try:
-                tasks = queue.poll_many(wanted, timeout=self._poll_timeout[index])
+                tasks = queue.poll_many(
+                    wanted, timeout=ledger.fetch_wait(index, wanted, self._poll_timeout[index])
+                )
                 backoff = 0.05
                 self._fetch_trouble[index].succeeded()
             except DelayqError as exc:  # Redis away or refusing: keep trying, never die
