@@ -625,6 +625,26 @@ class ReplicatedCluster:
 
         wait_for(healthy, timeout, "a healthy cluster", self.diagnose)
 
+    def reattach_empty_masters(self) -> list[tuple[int, int]]:
+        """Each live master that serves no slot (it came back after a failover to find its
+        slots taken, and replica migration is off) becomes the replica of a master that has
+        no live replica; returns the (node, master) ports paired."""
+        view = self.view()
+        serving = [v for v in view if v.is_master and v.slots and "fail" not in v.flags]
+        followed = {v.master_id for v in view if v.master_id and "fail" not in v.flags}
+        orphans = [v for v in serving if v.node_id not in followed]
+        empties = [
+            v
+            for v in view
+            if v.is_master and not v.slots and "fail" not in v.flags
+            if self.node_at(v.port).running
+        ]
+        pairs = []
+        for empty, orphan in zip(empties, orphans, strict=False):
+            self.node_at(empty.port).command("CLUSTER", "REPLICATE", orphan.node_id)
+            pairs.append((empty.port, orphan.port))
+        return pairs
+
     def first_slot(self, master: Node) -> int:
         """The first slot ``master`` serves, as another node sees it."""
         view = next(v for v in self.view(self._observer(master)) if v.port == master.port)

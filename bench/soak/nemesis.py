@@ -23,6 +23,7 @@ import random
 import signal
 import subprocess
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -51,6 +52,13 @@ FIT = {
     - {"redis-kill", "server-clock", "partition", "migrate", "failover", "master-stop"},
 }
 NS_PREFIX = "dqsoak-"
+# Faults that change which node serves what run one at a time (other kinds still overlap
+# them): a slot migrating off a master that another fault has stopped, or two masters down
+# at once, left the 2-hour cluster run's cluster with a half-moved slot and masters without
+# replicas, beyond what the harness could mend.
+RESHAPING = frozenset({"failover", "master-stop", "migrate", "split-brain"})
+# How long a migration keeps trying to finish through a stall (CLIENT PAUSE, DEBUG SLEEP).
+MIGRATE_PATIENCE_S = 120.0
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -155,7 +163,8 @@ def _alive(pid: int) -> bool:
 class Nemesis:
     """Starts a fault every ``fault_every_s`` on average (exponential gaps, seeded), each
     lasting ``fault_length_s`` on average; at most one fault of a kind at a time, so
-    different kinds overlap (combined faults); every kind once before any kind twice."""
+    different kinds overlap (combined faults), except that the faults that move masters or
+    slots (RESHAPING) come one at a time; every kind once before any kind twice."""
 
     def __init__(self, harness: Harness) -> None:
         self.h = harness
@@ -191,19 +200,28 @@ class Nemesis:
         # Exponential gaps, capped at twice the mean: no long quiet stretch in a short run.
         while not self._stop.wait(min(self.rnd.expovariate(1 / c.fault_every_s),
                                       2 * c.fault_every_s)):  # fmt: skip
-            free = [f for f in self.faults if f not in self._active]
-            if not free:
+            fault = self._next_fault()
+            if fault is None:
                 continue
-            # Every kind once before any twice: a short run still sees each of its faults.
-            fresh = [f for f in free if f not in self._used]
-            fault = self.rnd.choice(fresh or free)
-            self._used.add(fault)
             length = min(max(self.rnd.expovariate(1 / c.fault_length_s), 0.5), 4 * c.fault_length_s)
             draw = self.rnd.random()
             self._active.add(fault)
             t = threading.Thread(target=self._run, args=(fault, length, draw), daemon=True)
             self._threads.append(t)
             t.start()
+
+    def _next_fault(self) -> str | None:
+        """The kind to start now, or None: not one already running, nor a second RESHAPING
+        one; every kind once before any twice (a short run still sees each of its faults)."""
+        reshaping = bool(self._active & RESHAPING)
+        free = [f for f in self.faults
+                if f not in self._active and not (reshaping and f in RESHAPING)]  # fmt: skip
+        if not free:
+            return None
+        fresh = [f for f in free if f not in self._used]
+        fault = self.rnd.choice(fresh or free)
+        self._used.add(fault)
+        return fault
 
     def _run(self, fault: str, length: float, draw: float) -> None:
         try:
@@ -360,8 +378,15 @@ class Nemesis:
         finally:  # a failover that did not come still leaves the node running again
             group.restart(old, 30)
         if cluster:
-            group.wait_healthy(60)
+            self._mend_cluster()
         self._end(name, fault, "redis")
+
+    def _mend_cluster(self) -> None:
+        """A master that came back to find its slots taken stays an empty master (replica
+        migration is off): it becomes the replica of a master that has none; then healthy."""
+        for empty, orphan in self.h.group.reattach_empty_masters():
+            self.h.rec.info("reattached", node=empty, master=orphan)
+        self.h.group.wait_healthy(60)
 
     def _promoted_and_held(self, old: Any, slot: int | None, length: float) -> None:
         """Until a replica replaced ``old`` (of ``slot``'s shard on the cluster), then the
@@ -384,7 +409,7 @@ class Nemesis:
         finally:
             old.resume()
         if cluster:
-            group.wait_healthy(60)
+            self._mend_cluster()
         else:
             group.wait_role(old, "slave", 60)
         self._end(name, fault, "redis")
@@ -412,6 +437,16 @@ class Nemesis:
         source, slot = self._shard_master(draw)
         target = next(m for m in group.masters() if m is not source)
         name = self._window(fault, "redis", slot=slot, to=target.port)
-        moved = group.migrate_slot(slot, target)
-        self.h.rec.info("migrated", slot=slot, keys=moved)
+        move = group.migration(slot, target).begin()
+        patience = time.monotonic() + MIGRATE_PATIENCE_S
+        while True:  # a stalled MIGRATE times out: carry on, never leave the slot half-moved
+            try:
+                move.finish()
+                break
+            except (redis.RedisError, OSError) as exc:
+                if time.monotonic() > patience:
+                    raise
+                self.h.rec.info("migrate-retry", slot=slot, error=repr(exc)[:200])
+                time.sleep(1.0)
+        self.h.rec.info("migrated", slot=slot, keys=move.moved)
         self._end(name, fault, "redis")

@@ -420,6 +420,8 @@ class Harness:
                 else:
                     node.resume()
             if self.config.topology == "cluster":
+                for empty, orphan in group.reattach_empty_masters():
+                    self.rec.info("reattached", node=empty, master=orphan)
                 group.wait_healthy(120)
             elif hasattr(group, "wait_settled"):
                 group.wait_settled(60)

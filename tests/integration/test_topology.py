@@ -9,7 +9,7 @@ import redis
 from redis.cluster import key_slot
 
 from ..conftest import BINARIES
-from ..topology import ReplicatedCluster, SentinelGroup, TopologyTimeout, running
+from ..topology import ReplicatedCluster, SentinelGroup, TopologyTimeout, running, wait_for
 
 pytestmark = pytest.mark.topology
 
@@ -143,6 +143,31 @@ def test_slot_migration_moves_the_keys_of_the_slot(cluster: ReplicatedCluster) -
         assert cluster.master_of(slot) is source
     finally:
         client.close()
+
+
+def test_an_empty_master_is_reattached_to_a_master_without_replica(
+    cluster: ReplicatedCluster,
+) -> None:
+    """A replica turned into a master without slots (CLUSTER RESET, as a master does that
+    comes back to find its slots taken while replica migration is off) leaves its master
+    without a replica; reattach_empty_masters() makes it that master's replica again."""
+    master = cluster.masters()[0]
+    replica = cluster.replicas_of(master)[0]
+    replica.command("CLUSTER", "RESET", "SOFT")
+    replica.command("CLUSTER", "MEET", "127.0.0.1", master.port)
+
+    def seen_empty() -> bool:  # by every live node: reattach asks one of them
+        return all(
+            any(v.port == replica.port and v.is_master and not v.slots for v in cluster.view(n))
+            and not any(v.master_id == cluster.ids[master.port] for v in cluster.view(n))
+            for n in cluster.live_nodes()
+        )
+
+    wait_for(seen_empty, 30, "the reset replica seen as an empty master", cluster.diagnose)
+    assert cluster.reattach_empty_masters() == [(replica.port, master.port)]
+    cluster.wait_healthy(60)
+    assert cluster.replicas_of(master) == [replica]
+    assert cluster.reattach_empty_masters() == []  # nothing left to pair
 
 
 @pytest.mark.parametrize("binary", [b for _, b in BINARIES], ids=[n for n, _ in BINARIES])
