@@ -255,17 +255,24 @@ class AsyncWorker(WorkerBase):
                 if ledger.ended(run):
                     self._space[index].set()
 
+    async def _call_handler(self, task: AsyncTask) -> Any:
+        if self._options.timeout is None:
+            return await self._handler(task)
+        async with asyncio.timeout(self._options.timeout):
+            return await self._handler(task)
+
     async def _process(self, queue: AsyncDelayQueue, run: Delivery) -> None:
         index, task, hooks, started = run.index, run.task, self._hooks, run.started
         call_hook(log, hooks.on_start, task)
         error: BaseException | None = None
         try:
-            with tracing.consumer_span(queue.name, task):  # a no-op without the otel extra
-                if self._options.timeout is None:
-                    result = await self._handler(task)
-                else:
-                    async with asyncio.timeout(self._options.timeout):
-                        result = await self._handler(task)
+            if tracing.ENABLED and tracing.configured():
+                with tracing.consumer_span(queue.name, task):
+                    result = await self._call_handler(task)
+            elif self._options.timeout is None:  # no SDK: not even a no-op span per task
+                result = await self._handler(task)
+            else:
+                result = await self._call_handler(task)
         except asyncio.CancelledError:
             if self._stopping.is_set():
                 raise  # shutdown past the grace period: the task is handed back

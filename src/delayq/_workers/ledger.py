@@ -133,21 +133,27 @@ class Ledger(Generic[D]):
         through since its ``start_by``: Redis refused or was away) is dropped, not run:
         another consumer may have it by now. :meth:`lapsed` lists those."""
         waiting = self._waiting[index]
-        now = time.monotonic() if now is None else now
-        while waiting:
-            task = waiting[0]
-            key = (index, task.id)
-            if now <= self._start_by.get(key, now):
-                break
-            waiting.popleft()
-            if self._held.get(key) is task:
-                del self._held[key]
-            del self._start_by[key]
-            self._lapsed.append(task)
         if not waiting:
             return None
-        task = waiting.popleft()
-        self._start_by.pop((index, task.id), None)  # running: its ack or heartbeat speaks
+        start_by = self._start_by
+        if start_by:  # leased tasks wait: the first whose lease still holds
+            now = time.monotonic() if now is None else now
+            while waiting:
+                task = waiting[0]
+                key = (index, task.id)
+                if now <= start_by.get(key, now):
+                    break
+                waiting.popleft()
+                if self._held.get(key) is task:
+                    del self._held[key]
+                del start_by[key]
+                self._lapsed.append(task)
+            if not waiting:
+                return None
+            task = waiting.popleft()
+            start_by.pop((index, task.id), None)  # running: its ack or heartbeat speaks
+        else:
+            task = waiting.popleft()
         delivery = make(index, task)
         self._running[index][delivery] = None
         self._unsure[index] += 1
@@ -155,6 +161,8 @@ class Ledger(Generic[D]):
 
     def lapsed(self) -> list[Any]:
         """The tasks :meth:`take` dropped since the last call (their leases ran out unseen)."""
+        if not self._lapsed:
+            return []
         dropped, self._lapsed = self._lapsed, []
         return dropped
 

@@ -265,7 +265,10 @@ class Worker(WorkerBase):
         error: BaseException | None = None
         result: Any = None
         try:
-            with tracing.consumer_span(queue.name, task):  # a no-op without the otel extra
+            if tracing.ENABLED and tracing.configured():
+                with tracing.consumer_span(queue.name, task):
+                    result = self._handler(task)
+            else:  # no SDK: not even a no-op span per task
                 result = self._handler(task)
         except BaseException as exc:  # the worker never dies from a task (not even sys.exit)
             error = exc
