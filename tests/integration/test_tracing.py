@@ -161,6 +161,51 @@ print(json.dumps({"trace_id": ctx.trace_id, "span_id": ctx.span_id,
 """
 
 
+@pytest.mark.parametrize("timeout", [None, 30.0])
+def test_an_asyncio_worker_runs_each_handler_in_its_span(
+    make_queue: Any, redis_url: str, prefix: str, timeout: Any
+) -> None:
+    """The asyncio worker, with and without a handler timeout: each handler runs inside its
+    CONSUMER span (the current span while it runs), linked to its offer; one that raises
+    marks its span ERROR."""
+    import asyncio
+
+    from delayq import AsyncDelayQueue, AsyncWorker
+
+    q = make_queue("async-traced", max_attempts=1)
+    with trace.get_tracer("shop").start_as_current_span("POST /orders"):
+        ids = q.offer_many([Offer(1, 0), Offer(2, 0), Offer(3, 0)])
+    inside: dict[Any, Any] = {}
+
+    async def main() -> None:
+        async with AsyncDelayQueue(q.name, redis_url, prefix=prefix) as aq:
+            ended = asyncio.Event()
+
+            async def handle(task: Any) -> None:
+                inside[task.id] = trace.get_current_span().get_span_context().span_id
+                if len(inside) == 3:
+                    ended.set()
+                if task.payload == 3:
+                    raise RuntimeError("cannot close order 3")
+
+            worker = AsyncWorker(aq, handle, timeout=timeout, handle_signals=False)
+            running = asyncio.create_task(worker.run())
+            await asyncio.wait_for(ended.wait(), 20)
+            worker.stop()
+            await running
+
+    asyncio.run(main())
+    spans = {
+        s.attributes["messaging.message.id"]: s for s in consumer_spans("process async-traced")
+    }
+    assert set(spans) == set(ids)
+    for task_id, span in spans.items():
+        assert span.kind is SpanKind.CONSUMER and span.links
+        assert inside[task_id] == span.context.span_id  # the handler ran inside it
+    assert spans[ids[2]].status.status_code is StatusCode.ERROR
+    assert {spans[i].status.status_code for i in ids[:2]} == {StatusCode.UNSET}
+
+
 def test_across_processes_the_queue_and_the_outbox_carry_the_context(
     redis_server: EmbeddedRedis, prefix: str, pg_dsn: str, table: str, outbox: Outbox,
     make_queue: Any,
