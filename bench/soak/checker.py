@@ -87,6 +87,7 @@ class Delivery:
     attempts: int
     token: str
     handled: bool = False  # the handler ran to completion (and did not raise)
+    handled_at: float | None = None
     slow: bool = False  # the handler outran its lease on purpose
     ack: str | None = None  # ok / fail / unknown, or None if this consumer never acked
     ack_invoke: float | None = None
@@ -269,6 +270,7 @@ def check(
             d = by_token.get((v["id"], v.get("token", "")))
             if d is not None:
                 d.handled = not v.get("raised")
+                d.handled_at = e.t if d.handled else None
                 d.slow = bool(v.get("slow"))
                 if d.handled and v["id"] in offered:
                     _ended(offered[v["id"]], e.t)
@@ -436,12 +438,18 @@ def _incarnations(ds: Sequence[Delivery]) -> list[list[Delivery]]:
     """The leased deliveries of one id split into the lives of its task. A task acked and
     then offered again under its id (an outbox relay resending a batch it had applied, a
     producer's retry after the first one ran) starts again at attempt 1: a new life, whose
-    leases do not overlap the old one's."""
+    leases do not overlap the old one's. A life ended with a successful ack, or (consume()
+    and the workers record no ack) with a handler that completed, when the next delivery
+    has another due time: a task made again is due by the clock of its new offer, while
+    one life's attempt handed out twice would carry the same due time."""
     lives: list[list[Delivery]] = [[]]
     for d in sorted((d for d in ds if d.token), key=lambda d: d.seen):
         life = lives[-1]
-        ended = any(p.ack == OK and p.ack_invoke is not None and p.ack_invoke < d.seen
-                    for p in life)  # fmt: skip
+        ended = any(
+            (p.ack == OK and p.ack_invoke is not None and p.ack_invoke < d.seen)
+            or (p.handled_at is not None and p.handled_at < d.seen and p.due_ms != d.due_ms)
+            for p in life
+        )
         if life and ended and d.attempts <= max(p.attempts for p in life):
             lives.append([d])
         else:

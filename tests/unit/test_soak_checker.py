@@ -280,6 +280,39 @@ def test_an_outbox_task_created_again_after_its_ack_by_a_killed_relay_is_explain
     assert dup.kind == "duplicate" and "outbox resend" in (dup.explained or "")
 
 
+def test_a_retried_offer_that_lands_after_its_task_ran_starts_a_new_life() -> None:
+    # Found by the 2-hour standalone run: an offer sent into a dead link is retried with its
+    # id; the first send, held by TCP, lands when the link is back, runs and is acked by a
+    # consume() loop (which records no ack), and the retry then makes the task again, due by
+    # its own clock. Not a double lease: the first life had ended; a duplicate the
+    # partition explains.
+    h = H()
+    h.clock(20)
+    h.fault("partition", "redis", 1.0, 3.0)
+    first = h.deliver("consume-1", "a", 3.10, 1_000_003_050)
+    h.handled("consume-1", "a", 3.11, first)
+    again = h.deliver("take-1", "a", 3.40, 1_000_003_350)  # made again: another due time
+    h.handled("take-1", "a", 3.41, again)
+    h.ack("take-1", "a", 3.42, again)
+    h.final(19)
+    report = h.check()
+    assert report.count("double-lease") == 0, report.anomalies
+    assert report.valid and report.count("duplicate", explained=True) == 1
+
+
+def test_one_attempt_handed_out_twice_with_one_due_time_is_a_double_lease() -> None:
+    # The same life's attempt handed to a second consumer after the first one's handler
+    # completed (its ack not landed): the same due time, so no new life.
+    h = H()
+    h.clock(10)
+    due = h.offer("producer", "a", 1, 1.0)
+    first = h.deliver("consume-1", "a", 2.01, due)
+    h.handled("consume-1", "a", 2.02, first)
+    h.deliver("take-1", "a", 2.5, due)
+    h.final(9)
+    assert h.check().count("double-lease", explained=False) == 1
+
+
 def test_the_outbox_must_deliver_exactly_the_committed_set() -> None:
     h = H()
     h.clock(10)
