@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 
 from . import checker, nemesis
@@ -53,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         topology=a.topology, late_bound_ms=a.late_bound_ms, out=a.out,
     )  # fmt: skip
     harness = Harness(config)
+    # SIGTERM ends the run as Ctrl-C does: the harness stops what it started on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     report = harness.run()
     print(json.dumps(checker.summary(report), indent=1))
     for anomaly in report.unexplained()[:20]:

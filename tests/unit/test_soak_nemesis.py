@@ -34,3 +34,26 @@ def test_every_kind_comes_once_before_any_comes_twice() -> None:
         first.append(fault)
     assert sorted(first) == sorted(FIT["cluster"] & set(FAULTS))
     assert {"failover", "master-stop", "migrate"} <= set(first)  # one at a time, each comes
+
+
+def test_the_survey_stops_asking_after_a_run_of_unreadable_tasks() -> None:
+    """A shard no master serves costs each read a reconnect timeout: after GIVE_UP_AFTER
+    unreadable tasks in a row the rest are marked unreadable (stuck, never settled)."""
+    import time
+
+    from bench.soak.run import GIVE_UP_AFTER, survey_states
+
+    from delayq.exceptions import RedisUnavailable
+
+    class Broken:
+        calls = 0
+
+        def get(self, task_id: str) -> None:
+            self.calls += 1
+            raise RedisUnavailable("CLUSTERDOWN")
+
+    queue = Broken()
+    ids = [f"t{i}" for i in range(1000)]
+    states = survey_states(queue, ids, patience=time.monotonic() - 1)
+    assert set(states.values()) == {"unreadable"} and len(states) == 1000
+    assert queue.calls == GIVE_UP_AFTER
