@@ -255,9 +255,9 @@ def test_a_fetch_waits_in_short_steps_while_room_may_grow() -> None:
     """A fetch for less than a full buffer waits ROOM_STEP_S at a time (handlers still
     running free more room meanwhile); one for all of it waits the worker's poll timeout."""
     book: Ledger = Ledger(1, PACE)
-    assert book.fetch_wait(0, PACE.capacity, 0.5) == 0.5
-    assert book.fetch_wait(0, PACE.capacity - 1, 0.5) == ROOM_STEP_S
-    assert book.fetch_wait(0, 1, 0.01) == 0.01
+    assert book.fetch_wait(PACE.capacity, 0.5) == 0.5
+    assert book.fetch_wait(PACE.capacity - 1, 0.5) == ROOM_STEP_S
+    assert book.fetch_wait(1, 0.01) == 0.01
 
 
 # -- leases that run out in the buffer --------------------------------------------------------

@@ -95,8 +95,8 @@ class Ledger(Generic[D]):
             return 0
         return min(free, MAX_BATCH)
 
-    def fetch_wait(self, index: int, wanted: int, longest_s: float) -> float:
-        """How long a fetch of ``wanted`` tasks for queue ``index`` may wait for them: the
+    def fetch_wait(self, wanted: int, longest_s: float) -> float:
+        """How long a fetch of ``wanted`` tasks (for one queue) may wait for them: the
         worker's poll timeout, or ROOM_STEP_S while more room may come."""
         return longest_s if wanted >= self.pace.capacity else min(longest_s, ROOM_STEP_S)
 

@@ -213,7 +213,7 @@ class Worker(WorkerBase):
                     continue
             try:
                 tasks = queue.poll_many(
-                    wanted, timeout=ledger.fetch_wait(index, wanted, self._poll_timeout[index])
+                    wanted, timeout=ledger.fetch_wait(wanted, self._poll_timeout[index])
                 )
                 backoff = 0.05
                 self._fetch_trouble[index].succeeded()
