@@ -206,6 +206,52 @@ def test_an_asyncio_worker_runs_each_handler_in_its_span(
     assert {spans[i].status.status_code for i in ids[:2]} == {StatusCode.UNSET}
 
 
+LATE_PROVIDER = textwrap.dedent(
+    """
+    import sys, threading
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from delayq import DelayQueue, Worker
+
+    url, prefix = sys.argv[1:3]
+    ran = {}
+    ended = threading.Semaphore(0)
+
+    def handle(task):
+        ran[task.payload] = trace.get_current_span().get_span_context().is_valid
+        ended.release()
+
+    with DelayQueue("late-sdk", url, prefix=prefix) as q:
+        background = Worker(q, handle).start_background()
+        q.offer("before", 0)
+        assert ended.acquire(timeout=20)
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        q.offer("after", 0)
+        assert ended.acquire(timeout=20)
+        background.stop(timeout=10)
+    names = [s.name for s in exporter.get_finished_spans()]
+    print(ran["before"], ran["after"], names.count("process late-sdk"))
+    """
+)
+
+
+def test_a_tracer_provider_set_while_the_worker_runs_applies_to_the_next_fetch(
+    redis_server: EmbeddedRedis, prefix: str
+) -> None:
+    """The worker looks for an SDK once per fetch, not per task: a task fetched before the
+    provider was set runs without a span, the next one fetched runs in its span."""
+    out = subprocess.run(
+        [sys.executable, "-c", LATE_PROVIDER, redis_server.url, prefix],
+        cwd=ROOT, capture_output=True, text=True, timeout=90, check=True,
+    )  # fmt: skip
+    assert out.stdout.split() == ["False", "True", "1"]
+
+
 def test_across_processes_the_queue_and_the_outbox_carry_the_context(
     redis_server: EmbeddedRedis, prefix: str, pg_dsn: str, table: str, outbox: Outbox,
     make_queue: Any,

@@ -19,8 +19,8 @@ class FakeTask:
     lease_token: int = field(default_factory=lambda: next(_tokens))
 
 
-def make(index: int, task: FakeTask) -> Delivery:
-    return Delivery(index, task, started=0.0)
+def make(index: int, task: FakeTask, started: float) -> Delivery:
+    return Delivery(index, task, started)
 
 
 PACE = Pace(capacity=10, refill=4, ack_batch=3, ack_delay_s=0.02)
@@ -275,8 +275,10 @@ def test_a_waiting_task_whose_lease_no_extension_reached_is_dropped_not_run() ->
     assert first is not None and first.task is a  # in time
     second = book.take(0, make, now=15.0)
     assert second is not None and second.task is b
+    assert second.started == 15.0  # the clock take() read is the handler's start
     assert book.take(0, make, now=15.0) is None  # c's lease may be gone: dropped
-    assert book.lapsed() == [c] and book.lapsed() == []
+    assert book.dropped == [c]
+    assert book.lapsed() == [c] and book.lapsed() == [] and book.dropped == []
     assert (0, c) not in book.to_extend() and book.held() == 2  # no longer this worker's
 
 

@@ -59,10 +59,13 @@ class Outcome:
     dead: bool = False  # this retry exhausts the attempts: the task is dead-lettered
 
 
+ACKED = Outcome(Verdict.ACK)  # the verdict on nearly every run: made once (frozen)
+
+
 def outcome_of(exc: BaseException | None, attempts: int, max_attempts: int) -> Outcome:
     """The verdict on one handler run that raised ``exc`` (None: it returned)."""
     if exc is None:
-        return Outcome(Verdict.ACK)
+        return ACKED
     if isinstance(exc, Reject):
         return Outcome(Verdict.REJECT, error=f"rejected: {_text(exc.reason)}", dead=True)
     if isinstance(exc, RateLimited):
@@ -116,8 +119,10 @@ class Counters:
     internal_errors: int = 0  # the worker's own machinery failed (see the worker's log)
     loop_restarts: int = 0
 
-    def progressed(self) -> None:
-        self.last_progress = time.monotonic()
+    def processed_one(self, now: float) -> None:
+        """A handler run ended, at monotonic ``now``."""
+        self.processed += 1
+        self.last_progress = now
 
 
 @dataclass(frozen=True, slots=True)

@@ -227,6 +227,7 @@ class AsyncWorker(WorkerBase):
                 continue
             if tasks:  # held at once: the heartbeat keeps these leases
                 ledger.fetched(index, tasks, self._start_by(index, time.monotonic()))
+                self._traced = tracing.ENABLED and tracing.configured()
                 self._waiting[index].set()
             self._counters.last_fetch = time.monotonic()
             self._metrics.heartbeat(queue.name)
@@ -237,9 +238,8 @@ class AsyncWorker(WorkerBase):
         make = functools.partial(_Run, runner=asyncio.current_task())
         while not self._stopping.is_set():
             run = ledger.take(index, make)
-            lapsed = ledger.lapsed()
-            if lapsed:  # their room is free: the fetch need not wait for a handler to end
-                self._report_lapsed(queue.name, lapsed)
+            if ledger.dropped:  # their room is free: the fetch need not wait for a handler
+                self._report_lapsed(queue.name, ledger.lapsed())
                 self._space[index].set()
             if run is None:
                 waiting.clear()
@@ -263,11 +263,13 @@ class AsyncWorker(WorkerBase):
 
     async def _process(self, queue: AsyncDelayQueue, run: Delivery) -> None:
         index, task, hooks, started = run.index, run.task, self._hooks, run.started
-        call_hook(log, hooks.on_start, task)
+        name = queue.name
+        if hooks.on_start is not None:
+            call_hook(log, hooks.on_start, task)
         error: BaseException | None = None
         try:
-            if tracing.ENABLED and tracing.configured():
-                with tracing.consumer_span(queue.name, task):
+            if self._traced:
+                with tracing.consumer_span(name, task):
                     result = await self._call_handler(task)
             elif self._options.timeout is None:  # no SDK: not even a no-op span per task
                 result = await self._handler(task)
@@ -283,18 +285,19 @@ class AsyncWorker(WorkerBase):
             error.__cause__ = exc
         except Exception as exc:  # the worker never dies from a task
             error = exc
-        duration = time.monotonic() - started
+        now = time.monotonic()
+        duration = now - started
         outcome = outcome_of(error, task.attempts, self._policies[index].max_attempts)
-        log_outcome(log, queue.name, task, outcome, duration)
-        self._counters.processed += 1
-        self._counters.progressed()
+        log_outcome(log, name, task, outcome, duration)
+        self._counters.processed_one(now)
         if outcome.verdict is Verdict.ACK:
             self._counters.succeeded += 1
             run.settled = True
-            if self._ledger.done(run, time.monotonic()):
+            if self._ledger.done(run, now):
                 self._ack_ready.set()
-            self._metrics.task_done(queue.name, task, "acked", duration)
-            call_hook(log, hooks.on_success, task, result, duration)
+            self._metrics.task_done(name, task, "acked", duration)
+            if hooks.on_success is not None:
+                call_hook(log, hooks.on_success, task, result, duration)
             return
         if outcome.verdict is not Verdict.THROTTLE:  # [L] a downstream's limit: no failure
             self._counters.failed += 1
@@ -303,7 +306,7 @@ class AsyncWorker(WorkerBase):
             if outcome.verdict is Verdict.THROTTLE:
                 await queue.throttle(task, outcome.delay or 0)
                 run.settled = True
-                self._metrics.task_done(queue.name, task, "throttled", duration)
+                self._metrics.task_done(name, task, "throttled", duration)
                 return
             if outcome.verdict is Verdict.REJECT:
                 await queue.reject(task, outcome.error)
@@ -323,7 +326,7 @@ class AsyncWorker(WorkerBase):
                 printable(task.id), printable(exc),
             )  # fmt: skip
         run.settled = True
-        self._metrics.task_done(queue.name, task, label, duration)
+        self._metrics.task_done(name, task, label, duration)
         call_hook(log, hooks.on_failure, task, error)
         if outcome.dead:
             self._counters.dead += 1

@@ -349,6 +349,10 @@ class WorkerBase:
         self._handle_signals = handle_signals
         self._hooks = hooks or Hooks()
         self._counters = Counters()
+        # Whether handlers run in spans: looked at once per fetch, not per task (the check
+        # costs about 1 % of a task's client CPU): a tracer provider set after the start
+        # applies from the next batch fetched.
+        self._traced = False
         self._state = "starting"
         self._ledger = Ledger(len(queues), Pace.of(options.slots, options.prefetch))
         self._signals = 0

@@ -81,7 +81,7 @@ class Ledger(Generic[D]):
         self._acks_since: list[float] = [0.0] * queues  # when the oldest pending ack came
         self._settling: dict[Key, Any] = {}  # done: its ack is pending or on its way
         self._start_by: dict[Key, float] = {}  # waiting: run only until then (lease left)
-        self._lapsed: list[Any] = []  # dropped from the buffer by take(): to report
+        self.dropped: list[Any] = []  # lapsed in the buffer, dropped by take(): to report
 
     # -- fetching ---------------------------------------------------------------------------
 
@@ -127,17 +127,20 @@ class Ledger(Generic[D]):
 
     # -- running ----------------------------------------------------------------------------
 
-    def take(self, index: int, make: Callable[[int, Any], D], now: float | None = None) -> D | None:
-        """The next waiting task of queue ``index``, as a running delivery made by ``make``;
-        None if none waits. A waiting task whose lease may have run out (no extension got
-        through since its ``start_by``: Redis refused or was away) is dropped, not run:
-        another consumer may have it by now. :meth:`lapsed` lists those."""
+    def take(
+        self, index: int, make: Callable[[int, Any, float], D], now: float | None = None
+    ) -> D | None:
+        """The next waiting task of queue ``index``, as a running delivery made by ``make``
+        (index, task, start time); None if none waits. A waiting task whose lease may have run
+        out (no extension got through since its ``start_by``: Redis refused or was away) is
+        dropped, not run: another consumer may have it by now. While :attr:`dropped` holds
+        some, :meth:`lapsed` hands them over."""
         waiting = self._waiting[index]
         if not waiting:
             return None
+        now = time.monotonic() if now is None else now
         start_by = self._start_by
         if start_by:  # leased tasks wait: the first whose lease still holds
-            now = time.monotonic() if now is None else now
             while waiting:
                 task = waiting[0]
                 key = (index, task.id)
@@ -147,23 +150,21 @@ class Ledger(Generic[D]):
                 if self._held.get(key) is task:
                     del self._held[key]
                 del start_by[key]
-                self._lapsed.append(task)
+                self.dropped.append(task)
             if not waiting:
                 return None
             task = waiting.popleft()
             start_by.pop((index, task.id), None)  # running: its ack or heartbeat speaks
         else:
             task = waiting.popleft()
-        delivery = make(index, task)
+        delivery = make(index, task, now)
         self._running[index][delivery] = None
         self._unsure[index] += 1
         return delivery
 
     def lapsed(self) -> list[Any]:
         """The tasks :meth:`take` dropped since the last call (their leases ran out unseen)."""
-        if not self._lapsed:
-            return []
-        dropped, self._lapsed = self._lapsed, []
+        dropped, self.dropped = self.dropped, []
         return dropped
 
     def ended(self, delivery: D) -> bool:

@@ -225,6 +225,7 @@ class Worker(WorkerBase):
                 continue
             if tasks:
                 start_by = self._start_by(index, time.monotonic())
+                self._traced = tracing.ENABLED and tracing.configured()
                 with self._lock:  # held at once: the heartbeat keeps these leases
                     ledger.fetched(index, tasks, start_by)
                     self._waiting[index].notify(len(tasks))
@@ -237,7 +238,7 @@ class Worker(WorkerBase):
         while not self._stopping.is_set():
             with self._lock:
                 run = ledger.take(index, _Run)
-                lapsed = ledger.lapsed()
+                lapsed = ledger.lapsed() if ledger.dropped else ()
                 if run is None:
                     waiting.wait(0.2)
             if lapsed:  # their room is free: the fetch need not wait for a handler to end
@@ -261,11 +262,12 @@ class Worker(WorkerBase):
 
     def _process(self, queue: DelayQueue, run: _Run) -> None:
         task, hooks = run.task, self._hooks
-        call_hook(log, hooks.on_start, task)
+        if hooks.on_start is not None:
+            call_hook(log, hooks.on_start, task)
         error: BaseException | None = None
         result: Any = None
         try:
-            if tracing.ENABLED and tracing.configured():
+            if self._traced:
                 with tracing.consumer_span(queue.name, task):
                     result = self._handler(task)
             else:  # no SDK: not even a no-op span per task
@@ -283,8 +285,8 @@ class Worker(WorkerBase):
                 printable(task.id),
             )
             return
-        duration = time.monotonic() - run.started
-        self._settle(queue, run, error, result, duration)
+        now = time.monotonic()
+        self._settle(queue, run, error, result, now - run.started, now)
 
     def _settle(
         self,
@@ -293,21 +295,22 @@ class Worker(WorkerBase):
         error: BaseException | None,
         result: Any,
         duration: float,
+        now: float,
     ) -> None:
-        task, index, hooks = run.task, run.index, self._hooks
+        task, index, hooks, name = run.task, run.index, self._hooks, queue.name
         outcome = outcome_of(error, task.attempts, self._policies[index].max_attempts)
-        log_outcome(log, queue.name, task, outcome, duration)
-        self._counters.processed += 1
-        self._counters.progressed()
+        log_outcome(log, name, task, outcome, duration)
+        self._counters.processed_one(now)
         if outcome.verdict is Verdict.ACK:
             self._counters.succeeded += 1
             with self._lock:
                 run.settled = True
-                due = self._ledger.done(run, time.monotonic())
+                due = self._ledger.done(run, now)
             if due and not self._ack_ready.is_set():
                 self._ack_ready.set()
-            self._metrics.task_done(queue.name, task, "acked", duration)
-            call_hook(log, hooks.on_success, task, result, duration)
+            self._metrics.task_done(name, task, "acked", duration)
+            if hooks.on_success is not None:
+                call_hook(log, hooks.on_success, task, result, duration)
             return
         if outcome.verdict is not Verdict.THROTTLE:  # [L] a downstream's limit: no failure
             self._counters.failed += 1
@@ -317,7 +320,7 @@ class Worker(WorkerBase):
             if outcome.verdict is Verdict.THROTTLE:
                 queue.throttle(task, outcome.delay or 0)
                 run.settled = True
-                self._metrics.task_done(queue.name, task, "throttled", duration)
+                self._metrics.task_done(name, task, "throttled", duration)
                 return
             if outcome.verdict is Verdict.REJECT:
                 queue.reject(task, outcome.error)
@@ -337,7 +340,7 @@ class Worker(WorkerBase):
                 printable(task.id), printable(exc),
             )  # fmt: skip
         run.settled = True
-        self._metrics.task_done(queue.name, task, label, duration)
+        self._metrics.task_done(name, task, label, duration)
         call_hook(log, hooks.on_failure, task, error)
         if outcome.dead:
             self._counters.dead += 1
@@ -448,7 +451,7 @@ class Worker(WorkerBase):
             self._counters.timed_out += 1
             error = TimeoutError(f"handler timed out after {timeout}s (abandoned)")
             try:
-                self._settle(queue, run, error, None, now - run.started)
+                self._settle(queue, run, error, None, now - run.started, now)
             except Exception as exc:  # the worker's own code failed on this task
                 self._recover(queue, run, "timeout", exc)
             self._runners.append(
