@@ -11,6 +11,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
@@ -20,6 +21,7 @@ from delayq import (
     AsyncDelayQueue,
     ConfigError,
     DelayQueue,
+    Limit,
     Offer,
     Worker,
 )
@@ -291,6 +293,40 @@ def test_reshard_a_plain_queue_live(make_queue, redis_server, prefix, client) ->
     assert client.hget(f"{prefix}:shards", "orders") == b"4"
     with pytest.raises(ConfigError, match="not being resharded"):
         finish_reshard("orders", redis_server.url, prefix=prefix, grace=0)
+
+
+def test_a_reshard_keeps_the_pause_and_the_keys_limits(make_queue, redis_server, prefix) -> None:
+    """Before: the new layout's sub-queues were neither paused nor limited, so a paused queue
+    handed out the tasks offered after a reshard, and a key's limit held only for its tasks
+    in the old layout."""
+    old = make_queue("held")
+    paused = old.pause(until=datetime.now(UTC) + timedelta(hours=1), note="provider down")
+    old.limits.set("tenant", Limit(concurrency=1))
+    reshard("held", redis_server.url, shards=4, prefix=prefix)
+    q = make_queue("held", visibility_timeout=30)
+    q.offer_many([Offer(n, 0, limit_key="tenant") for n in range(3)])
+    assert q.poll_many(10, timeout=0.5) == []  # still paused, in both layouts
+    again = q.pause(note="provider down")  # the new layout's first sub-queue answers
+    assert again.since == paused.since  # the pause carried kept its start
+    assert q.resume() is True
+    first = q.poll_many(10, timeout=5)
+    assert len(first) == 1, "the key's limit must hold in the new layout"
+    assert q.poll_many(10, timeout=0.3) == []
+    first[0].ack()
+    assert len(q.poll_many(10, timeout=5)) == 1
+
+
+def test_a_whole_queue_limit_refuses_a_reshard_and_nothing_changes(
+    make_queue, redis_server, prefix, client
+) -> None:
+    q = make_queue("capped")
+    q.limits.set("*", Limit(rate=100))
+    with pytest.raises(ConfigError, match="whole-queue limit"):
+        reshard("capped", redis_server.url, shards=2, prefix=prefix)
+    assert client.hget(f"{prefix}:shards", "capped") is None  # no layout recorded
+    assert not any(b"~" in k for k in client.keys(f"{prefix}:*capped*"))  # no sub-queue made
+    q.limits.remove("*")
+    assert reshard("capped", redis_server.url, shards=2, prefix=prefix) == "2<0"
 
 
 def test_reshard_sharded_to_more_shards_with_a_worker_running(

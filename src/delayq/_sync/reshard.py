@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 from .._core import history, protocol, sharding
 from .._core.connection import Topology
 from .._core.keys import QueueKeys
+from .._core.limits import WHOLE_QUEUE, Limit, parse_limit_rows
 from .._core.scripts import Op
 from .._core.timing import Duration, duration_ms
 from ..exceptions import ConfigError
@@ -34,7 +35,9 @@ def reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "dq") ->
     interval otherwise): producers offer to the new layout only (a dedup key still live in
     the old layout stays there), consumers drain both, so the old sub-queues empty at their
     tasks' due times. Recurring schedules are carried to their shard in the new layout
-    (docs/schedules.md), so their next fires go where consumers read. When the old layout is
+    (docs/schedules.md), so their next fires go where consumers read; so are the queue's
+    pause, its keys' limits and its history settings (a whole-queue limit, ``"*"``, refuses
+    a reshard to more than one shard: docs/limits.md). When the old layout is
     empty, :func:`finish_reshard`. Returns the recorded layout (``"<new><<old>"``, 0 for an
     unsharded queue).
 
@@ -74,6 +77,10 @@ def start_reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "d
             if old == count:
                 raise ConfigError(f"queue {name!r} already has {count} shards")
             new = sharding.Layout(count, old)
+            source = sharding.layout_names(name, layout)[0][0]
+            # Before the layout is recorded: no consumer reads the new sub-queues before
+            # they are paused and limited as the old ones are.
+            _carry_flow_control(conn, prefix, source, new, name)
             conn.command("HSET", field, name, new.encode())
             # When it began, on Redis's clock: finish_reshard waits out the queues that have
             # not re-read the layout yet.
@@ -81,7 +88,7 @@ def start_reshard(name: str, redis: Any = None, *, shards: int, prefix: str = "d
             conn.command("HSET", reshards_key(prefix), name, began_ms)
             for sub in sharding.layout_names(name, new)[0]:  # retired by an earlier reshard?
                 conn.command("HDEL", QueueKeys(prefix, sub).key("counters"), RETIRED)
-            _carry_history(conn, prefix, sharding.layout_names(name, layout)[0][0], new, name)
+            _carry_history(conn, prefix, source, new, name)
             conn.command("SADD", keys.registry, name)
             _announce(conn, prefix, sharding.layout_names(name, layout)[0])
         # After the announcement, so that consumers read the shards the next fires go to.
@@ -167,6 +174,36 @@ def _refuse_if_left(
             f"queue {name!r}: {left} task(s) still in the previous layout "
             f"({layout.previous} shards); they drain at their due times"
         )
+
+
+def _carry_flow_control(
+    conn: runner.Runner, prefix: str, source: str, new: sharding.Layout, name: str
+) -> None:
+    """[L] The new layout's sub-queues get the old layout's pause (with its end, note and
+    start) and every key's own limit, so a paused queue stays paused and a limited key stays
+    limited for the tasks offered to the new layout. A whole-queue limit cannot go to more
+    than one shard (see limits.py): refused before anything is written."""
+    source_keys = QueueKeys(prefix, source).all
+    own: list[tuple[str, Limit]] = [
+        (row.key, row.limit)
+        for row in parse_limit_rows(conn.run(Op.LIMIT_ADMIN, source_keys, ["list"]))
+        if row.limit is not None
+    ]
+    if new.shards > 1 and any(key == WHOLE_QUEUE for key, _ in own):
+        raise ConfigError(
+            f"queue {name!r} has a whole-queue limit ('*'), which a sharded queue cannot keep "
+            f"exactly: remove it (delayq limits remove {name} '*', or q.limits.remove('*')) "
+            "and limit the queue's keys instead, then reshard"
+        )
+    status, until_ms, since_ms, note = conn.run(Op.LIMIT_PAUSE, source_keys, ["read"])
+    for sub in sharding.layout_names(name, new)[0]:
+        keys = QueueKeys(prefix, sub).all
+        for key, limit in own:
+            conn.run(Op.LIMIT_ADMIN, keys, ["set", key, limit.encode()])
+        if int(status) == 1:
+            spec = f"a{int(until_ms)}" if int(until_ms) > 0 else ""
+            # A timed pause that ended meanwhile is refused (status 2): nothing to carry.
+            conn.run(Op.LIMIT_PAUSE, keys, ["pause", spec, note, int(since_ms)])
 
 
 def _carry_history(

@@ -4,6 +4,8 @@
 -- ARGV[1] 'pause', 'resume' or 'read'
 -- ARGV[2] pause: '' (until resumed), 'd' .. ms from now or 'a' .. epoch ms
 -- ARGV[3] pause: the note ('' = none)
+-- ARGV[4] pause, optional: the epoch ms it began, if not paused already (a reshard carrying
+--         a pause to the new layout's sub-queues keeps its start)
 -- Reply: {status, until_ms, since_ms, note}: pause and read: status 1 = paused, 0 = not
 --        paused, 2 = refused: the pause's end is not after the server's now; resume: 1 = it
 --        was paused and is no more, 0 = it was not paused. until_ms is 0 for a pause until
@@ -27,7 +29,7 @@ if op == 'pause' then
     if string.byte(until_arg, 1) == 100 then until_ms = later + until_ms end  -- 'd'
     if until_ms <= now then return {2, until_ms, now, ''} end
   end
-  local since = redis.call('HGET', key, 'since') or now
+  local since = redis.call('HGET', key, 'since') or tonumber(ARGV[4] or '') or now
   redis.call('HSET', key, 'until', fmt(until_ms), 'since', since, 'note', ARGV[3])
   if until_ms > 0 then wake_at(until_ms) end  -- sleepers learn when the pause ends
   return {1, until_ms, tonumber(since), ARGV[3]}
