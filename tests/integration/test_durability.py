@@ -12,7 +12,15 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from delayq import AsyncDelayQueue, ConfigError, DelayQueue, Durability, NotDurable, Offer
+from delayq import (
+    AsyncDelayQueue,
+    ConfigError,
+    DelayQueue,
+    Durability,
+    Limit,
+    NotDurable,
+    Offer,
+)
 from delayq._core import sharding
 from delayq.embedded import EmbeddedRedis, valkey_server
 
@@ -206,6 +214,33 @@ def test_after_fetch_a_lease_is_on_the_replica_before_the_task_is_handed_out(
         finally:
             on_replica.close()
         q.ack_many(tasks)
+
+
+def test_durable_fetches_and_acks_of_a_queue_with_features_go_full(
+    pair: tuple[EmbeddedRedis, EmbeddedRedis], prefix: str
+) -> None:
+    """The durable path sends the plain fetch and ack with their WAIT: when the plain
+    script refuses (the queue has a limit, a pause), the call goes again full, WAIT and
+    all, and the feature holds."""
+    master, replica = pair
+    durable = Durability(replicas=1, timeout=2.0, after_fetch=True, after_ack=True)
+    with DelayQueue("durable-limited", master.url, prefix=prefix, durability=durable) as q:
+        q.limits.set("t", Limit(concurrency=1))
+        q.offer_many([Offer(n, 0, limit_key="t") for n in range(3)])
+        first = q.poll_many(5, timeout=5)
+        assert len(first) == 1  # the limit held: the full fetch ran
+        on_replica = redis.Redis(port=replica.port)
+        try:
+            assert on_replica.hget(q.keys.key("leases"), first[0].id) is not None
+            assert q.ack_many(first) == [True]  # the full ack frees the key's slot
+            assert not on_replica.hexists(q.keys.key("tasks"), first[0].id)
+        finally:
+            on_replica.close()
+        q.pause()
+        assert q.poll_many(5, timeout=0.3) == []
+        q.resume()
+        second = q.poll_many(5, timeout=5)
+        assert len(second) == 1 and q.ack_many(second) == [True]
 
 
 def test_after_fetch_an_unconfirmed_lease_is_handed_back_unstarted(
