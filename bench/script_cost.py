@@ -76,6 +76,7 @@ def _measure(
     got: dict[str, list[float]] = {}
     for _ in range(rounds):
         for name, (fetch, ack) in shas.items():
+            features = () if name == "old" else keys.features  # as each tree's client sends
             for _ in range(0, calls * batch, 1000):
                 queue.offer_many([("x", 0)] * min(1000, calls * batch))
             leased = []
@@ -85,7 +86,9 @@ def _measure(
                 if name == "old":
                     fetch_args = fetch_args[:9]  # before the histories' consumer argument
                 receipt = keys.receipt("fetch", fetch_args[2])
-                reply: Any = client.evalsha(fetch, 14, *keys.all, receipt, *fetch_args)
+                reply: Any = client.evalsha(
+                    fetch, 14 + len(features), *keys.all, receipt, *features, *fetch_args
+                )
                 leased.append(
                     [x for r in range(3, len(reply), 6) for x in (reply[r], reply[r + 5])]
                 )
@@ -93,7 +96,9 @@ def _measure(
             client.config_resetstat()
             for pairs in leased:
                 receipt = keys.receipt("ack", protocol.new_nonce())
-                acked = client.evalsha(ack, 14, *keys.all, receipt, 15_000, *pairs)
+                acked = client.evalsha(
+                    ack, 14 + len(features), *keys.all, receipt, *features, 15_000, *pairs
+                )
                 if acked != [1] * batch:
                     raise SystemExit(f"{name} ack of {pairs[::2]!r} answered {acked!r}")
             got.setdefault(f"{name} ack", []).append(per_call())

@@ -75,11 +75,10 @@ def test_the_plain_scripts_refuse_a_queue_with_a_feature_and_write_nothing(
     plain_ack = script(PLAIN[Op.ACK])
     for plain in (plain_fetch, plain_ack):  # this test may be the server's first to send them
         client.script_load(plain.source)
-    assert client.evalsha(plain_fetch.sha, 14, *keys, fetch_receipt, *args) is None
-    assert (
-        client.evalsha(plain_ack.sha, 14, *keys, ack_receipt, 15_000, task.id, task.lease_token)
-        is None
-    )
+    features = shard.keys.features
+    assert client.evalsha(plain_fetch.sha, 24, *keys, fetch_receipt, *features, *args) is None
+    ack_args = (15_000, task.id, task.lease_token)
+    assert client.evalsha(plain_ack.sha, 24, *keys, ack_receipt, *features, *ack_args) is None
     after = {k: client.dump(k) for k in client.scan_iter(f"{shard.keys.prefix}:*")}
     assert after == before  # nothing written, no receipt kept
     assert q.get(due_id) is not None

@@ -16,7 +16,7 @@ from redis.crc import key_slot as crc_key_slot
 
 from delayq import Backoff, ConfigError, DedupMode, InvalidTaskError, Stats, TaskState
 from delayq._core import protocol
-from delayq._core.keys import KEY_ROLES, QueueKeys, validate_name
+from delayq._core.keys import FEATURE_ROLES, KEY_ROLES, QueueKeys, validate_name
 from delayq._core.models import to_datetime
 from delayq._core.protocol import (
     MAX_ID_LEN,
@@ -400,28 +400,26 @@ def test_plain_scripts_carry_stand_ins_instead_of_the_optional_subsystems() -> N
 
 
 def test_the_plain_refusal_names_every_feature_key() -> None:
-    """plain_refused() writes out the feature keys: one added to the library's FLOW_KEYS (or
-    the histories' and schedules' keys) must be named there too, or the plain scripts would
-    serve a queue that uses it."""
+    """plain_refused() looks at the feature keys the client sends (FEATURE_ROLES): one added
+    to the library's FLOW_KEYS (or the histories' and schedules' keys) must be sent too, or
+    the plain scripts would serve a queue that uses it."""
     lib = resources.files("delayq._core").joinpath("lua", "_lib.lua").read_text("utf-8")
     table = re.search(r"^ *local FLOW_KEYS = (\{.*?\}\})", lib, re.MULTILINE | re.DOTALL)
     assert table is not None
     roles = {*re.findall(r"'([\w:]+)'", table.group(1)), "hist", "sched:due", "sched:fire"}
+    assert set(FEATURE_ROLES) == roles and len(FEATURE_ROLES) == len(roles)
+    keys = QueueKeys("p", "q")
+    assert keys.features == tuple(keys.key(role) for role in FEATURE_ROLES)
     guard = script(Op.FETCH_PLAIN).source.split("local function plain_refused()")[1]
     guard = guard.split("\nend\n")[0]
-    role_of = {}  # local variable -> the role it names
-    for names, values in re.findall(r"local ([\w, ]+) = ((?:p \.\. '[\w:]+',? ?)+)", guard):
-        for name, role in zip(
-            names.split(", "), re.findall(r"p \.\. '([\w:]+)'", values), strict=True
-        ):
-            role_of[name] = role
     exists = re.search(r"redis\.call\('EXISTS', ([^)]*)\)", guard)
     assert exists is not None
-    args = re.findall(r"\w+", exists.group(1))
-    assert args.count("K_EXPIRY") == 1
-    named = {role_of[arg] for arg in args if arg in role_of}
-    assert named == roles
-    assert all(args.count(name) == 2 for name in role_of)
+    args = re.findall(r"K_EXPIRY|KEYS\[(\d+)\]", exists.group(1))
+    assert args.count("") == 1  # K_EXPIRY, once: an odd count is its
+    named = [int(n) for n in args if n]
+    first = 15  # after the 13 queue keys and the receipt
+    assert sorted(set(named)) == list(range(first, first + len(FEATURE_ROLES)))
+    assert all(named.count(n) == 2 for n in set(named))
 
 
 def test_every_script_defines_its_functions_before_calling_them() -> None:

@@ -147,6 +147,7 @@ class AsyncShard:
     ) -> None:
         self.keys = keys
         self._key_list = keys.all
+        self._feature_keys = keys.features  # after a fetch's or an ack's receipt (_plain.lua)
         self._offer_one_keys = keys.offer_one
         self._runner = conn
         self._settings = settings
@@ -464,7 +465,7 @@ class AsyncShard:
         for task in acks:
             args += (task.id, task.lease_token)
         sent_at = backend.monotonic()
-        keys = (*self._key_list, self.keys.receipt("fetch", args[2]))
+        keys = (*self._key_list, self.keys.receipt("fetch", args[2]), *self._feature_keys)
         durability = self._settings.durability
         if durability is not None and durability.after_fetch:
             result = await self._fetch_durably(durability, policy, args, keys, deadline)
@@ -547,7 +548,7 @@ class AsyncShard:
             for t in leased[start : start + protocol.MAX_BATCH]:
                 args += (t.id, t.lease_token)
             receipt = self.keys.receipt("ack", protocol.new_nonce())
-            calls.append(((*self._key_list, receipt), args))
+            calls.append(((*self._key_list, receipt, *self._feature_keys), args))
         return calls
 
     async def ack(self, leased: Sequence[Any]) -> list[bool]:

@@ -29,6 +29,24 @@ KEY_ROLES = (
 )
 
 
+# The keys whose existence means a queue uses a pause, limits, task histories or schedules:
+# the plain fetch and ack (lua/_plain.lua) refuse such a queue. Sent by the client after a
+# call's receipt (KEYS[15..24]): naming them costs the client an argument each, where
+# building them in Lua cost Redis a string concatenation each on every call.
+FEATURE_ROLES = (
+    "pause",
+    "lim",
+    "lim:ready",
+    "lim:hold",
+    "lim:gate",
+    "lim:held",
+    "lim:task",
+    "hist",
+    "sched:due",
+    "sched:fire",
+)
+
+
 def validate_name(name: object) -> str:
     """Return ``name`` if it is a valid queue name, else raise :class:`ConfigError`."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
@@ -70,6 +88,11 @@ class QueueKeys:
     def all(self) -> tuple[str, ...]:
         """Every key of the queue, in script order."""
         return tuple(self.key(role) for role in KEY_ROLES)
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The keys of :data:`FEATURE_ROLES`, in order: the plain scripts' KEYS[15..24]."""
+        return tuple(self.key(role) for role in FEATURE_ROLES)
 
     def receipt(self, op: str, nonce: str) -> str:
         """The short-lived key in which one script call keeps its reply, so that the same

@@ -148,6 +148,7 @@ class Shard:
     ) -> None:
         self.keys = keys
         self._key_list = keys.all
+        self._feature_keys = keys.features  # after a fetch's or an ack's receipt (_plain.lua)
         self._offer_one_keys = keys.offer_one
         self._runner = conn
         self._settings = settings
@@ -465,7 +466,7 @@ class Shard:
         for task in acks:
             args += (task.id, task.lease_token)
         sent_at = backend.monotonic()
-        keys = (*self._key_list, self.keys.receipt("fetch", args[2]))
+        keys = (*self._key_list, self.keys.receipt("fetch", args[2]), *self._feature_keys)
         durability = self._settings.durability
         if durability is not None and durability.after_fetch:
             result = self._fetch_durably(durability, policy, args, keys, deadline)
@@ -546,7 +547,7 @@ class Shard:
             for t in leased[start : start + protocol.MAX_BATCH]:
                 args += (t.id, t.lease_token)
             receipt = self.keys.receipt("ack", protocol.new_nonce())
-            calls.append(((*self._key_list, receipt), args))
+            calls.append(((*self._key_list, receipt, *self._feature_keys), args))
         return calls
 
     def ack(self, leased: Sequence[Any]) -> list[bool]:

@@ -7,15 +7,12 @@
 
 local function plain_refused()
   -- The same EXISTS tells the fetch whether tasks with a ttl exist: K_EXPIRY is named once,
-  -- each feature key twice, so an odd count is K_EXPIRY's. The features' keys: FLOW_KEYS's,
-  -- the histories' settings and the schedules' wake plan and fires, written out (building
-  -- the list from the tables costs every call).
-  local p = string.sub(K_COUNTERS, 1, -9)
-  local hist, due, fire, pause = p .. 'hist', p .. 'sched:due', p .. 'sched:fire', p .. 'pause'
-  local lim, ready, hold, gate = p .. 'lim', p .. 'lim:ready', p .. 'lim:hold', p .. 'lim:gate'
-  local held, task = p .. 'lim:held', p .. 'lim:task'
-  local found = redis.call('EXISTS', K_EXPIRY, hist, hist, due, due, fire, fire, pause, pause,
-    lim, lim, ready, ready, hold, hold, gate, gate, held, held, task, task)
+  -- each feature key twice, so an odd count is K_EXPIRY's. The features' keys come from the
+  -- client after the receipt (keys.py FEATURE_ROLES: FLOW_KEYS's, the histories' settings
+  -- and the schedules' wake plan and fires): building them here cost every call.
+  local found = redis.call('EXISTS', K_EXPIRY, KEYS[15], KEYS[15], KEYS[16], KEYS[16],
+    KEYS[17], KEYS[17], KEYS[18], KEYS[18], KEYS[19], KEYS[19], KEYS[20], KEYS[20],
+    KEYS[21], KEYS[21], KEYS[22], KEYS[22], KEYS[23], KEYS[23], KEYS[24], KEYS[24])
   plain_seen.expiry = found % 2 == 1
   return found >= 2
 end

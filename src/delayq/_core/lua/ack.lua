@@ -1,5 +1,6 @@
 -- ack: finish tasks whose leases the caller still holds.
--- KEYS:  the queue key set (see _lib.lua), then KEYS[14]: this call's receipt
+-- KEYS:  the queue key set (see _lib.lua), then KEYS[14]: this call's receipt, then
+--        KEYS[15..24] the feature keys (keys.py FEATURE_ROLES: read by the plain variant)
 -- ARGV[1] ms to keep the receipt (this reply, for a resend of the same call)
 -- ARGV[2..] pairs: id, lease token
 -- Reply: one status per pair: 1 = acked; 0 = lease lost: expired, or the task was delivered

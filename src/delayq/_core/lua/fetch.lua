@@ -16,6 +16,7 @@
 --         reply (same nonce: by delayq or the client's own retry) returns what the first one
 --         handed out, instead of leasing more and leaving those to expire unseen (or,
 --         at-most-once, losing them)
+-- KEYS[15..24] the feature keys (keys.py FEATURE_ROLES: read by the plain variant)
 -- Counters: besides delivered/expired/lease_expired, every call sets seen_ms (the last time a
 --         consumer looked) and each task handed out adds its lateness (now - due) to
 --         late:sum and to one non-cumulative bucket late:<upper ms> / late:inf; the bounds
