@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -245,6 +246,25 @@ def test_lost_cancel_reply_returns_false(
     assert proxy.dropped.is_set()
     assert producer.get(tid) is None
     assert cancelled is True
+
+
+def test_lost_reschedule_reply_moves_the_task_once(
+    make_queue: Callable[..., DelayQueue], proxy: DropReplyProxy, client: redis.Redis
+) -> None:
+    """Before: the resend after a lost reply moved the task again, from a later now (a
+    relative move), and wrote its history event twice. Now it answers from its receipt."""
+    producer = make_queue("moved", history=60)
+    q = make_queue("moved", redis=proxy.url)
+    tid = producer.offer("x", delay=60)
+    proxy.arm(Op.RESCHEDULE, client)
+    before = time.time()
+    assert q.reschedule(tid, delay=3600) is True
+    assert proxy.dropped.is_set()
+    info = producer.get(tid)
+    assert info is not None
+    assert [e.kind for e in producer.history(tid)] == ["offered", "rescheduled"]
+    assert info.due_at is not None and before + 3600 <= info.due_at.timestamp() <= before + 3601
+    assert q.reschedule("no-such-task", delay=1) is False
 
 
 # -- 6. sync listener leaks pool connections of a caller's client -------------------------------

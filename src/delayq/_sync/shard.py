@@ -317,7 +317,12 @@ class Shard:
         return cancelled
 
     def reschedule(self, task_id: str, kind: str, value: Any) -> bool:
-        reply = self.run(Op.RESCHEDULE, [task_id, kind, value])
+        receipt = self.keys.receipt("reschedule", protocol.new_nonce())
+        reply = self.run(
+            Op.RESCHEDULE,
+            [self._settings.receipt_ms, task_id, kind, value],
+            keys=(*self._key_list, receipt),
+        )
         return protocol.parse_reschedule(reply).moved
 
     # -- reading ----------------------------------------------------------------------------

@@ -144,12 +144,23 @@ class Receipts:
 
     async def reschedule(self, queue: AsyncDelayQueue, item: Claimed) -> Outcome:
         """Move the row's task wherever the layout may hold it (receipts as in :meth:`cancel`)."""
+        receipt_ms = queue._shared.settings.receipt_ms
         for shard in (await queue._routes()).searched(item.task_id):
+            receipt = shard.keys.receipt("reschedule", protocol.new_nonce())
             (reply,) = await shard.write(
                 Op.RESCHEDULE,
-                [[item.task_id, item.due_kind, item.due_ms, item.apply_id, self.keep_ms]],
+                [
+                    [
+                        receipt_ms,
+                        item.task_id,
+                        item.due_kind,
+                        item.due_ms,
+                        item.apply_id,
+                        self.keep_ms,
+                    ]
+                ],
                 [item.task_id],
-                keys=(*shard.keys.all, _applied(shard)),
+                keys=(*shard.keys.all, receipt, _applied(shard)),
             )
             self._note(shard, item.apply_id)
             if int(reply[0]) == 2:
