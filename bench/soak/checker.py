@@ -408,12 +408,14 @@ def check(
             lateness.append((first.seen, max(0, first.delivered_ms - first.due_ms)))
     lateness.sort()
     inside = [ms for t, ms in lateness if any(w.covers(t) for w in windows)]
-    outside = [ms for t, ms in lateness if not any(w.covers(t) for w in windows)]
+    outside_at = [(t, ms) for t, ms in lateness if not any(w.covers(t) for w in windows)]
+    outside = [ms for _, ms in outside_at]
     p99_out, p99_in = _p99(outside), _p99(inside)
     if p99_out is not None and p99_out > late_bound_ms:
         anomalies.append(Anomaly(
             "late", "", f"p99 lateness outside fault windows {p99_out:.1f} ms > "
-            f"{late_bound_ms:.0f} ms ({len(outside)} deliveries)", end_t,
+            f"{late_bound_ms:.0f} ms ({len(outside)} deliveries); the latest: "
+            f"{_worst_late(outside_at, windows)}", end_t,
         ))  # fmt: skip
     if len(offered) < min_offers or len(deliveries) < min_offers:
         anomalies.append(Anomaly(
@@ -518,6 +520,18 @@ def _own_fault(faulted: dict[str, list[Window]], process: str, t0: float, t1: fl
 def _base(process: str | None) -> str | None:
     """A client's name without its incarnation (``take-0#2`` -> ``take-0``)."""
     return process.split("#")[0] if process else process
+
+
+def _worst_late(late: list[tuple[float, int]], windows: list[Window], most: int = 3) -> str:
+    """The ``most`` latest deliveries outside the windows, each with the fault whose window
+    ended last before it, and how long before: where to look in the history."""
+    described = []
+    for t, ms in sorted(late, key=lambda pair: -pair[1])[:most]:
+        ended = [w for w in windows if w.end <= t]
+        last = max(ended, key=lambda w: w.end) if ended else None
+        after = f"{t - last.end:.1f} s after {last.fault}'s window" if last else "before any fault"
+        described.append(f"{ms} ms at t={t:.1f} ({after})")
+    return "; ".join(described)
 
 
 def _p99(values: Sequence[int]) -> float | None:
