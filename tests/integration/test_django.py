@@ -327,6 +327,20 @@ def test_relay_command_moves_committed_offers(
     queue.cancel(placed["close_task_id"])
 
 
+def test_relay_command_once_relays_what_is_pending_and_exits(
+    project: dict[str, str], client: Any, queue: DelayQueue
+) -> None:
+    placed = client.post("/orders/?delay=30").json()  # committed: its row waits for a relay
+    assert queue.get(placed["close_task_id"]) is None
+    out, _ = manage(project, "delayq_relay", "--once").communicate(timeout=60)
+    assert out.strip().splitlines()[-1] == "relayed 1 rows", out
+    info = queue.get(placed["close_task_id"])
+    assert info is not None and info.state is TaskState.DELAYED
+    out, _ = manage(project, "delayq_relay", "--once").communicate(timeout=60)
+    assert out.strip().splitlines()[-1] == "relayed 0 rows", out
+    queue.cancel(placed["close_task_id"])
+
+
 @pytest.fixture
 def replicated() -> Iterator[tuple[Node, Node]]:
     """A master and its replica, the replica in sync."""

@@ -41,6 +41,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--sweep-interval", type=float, help="Seconds between looks without a NOTIFY."
         )
+        parser.add_argument(
+            "--once",
+            action="store_true",
+            help="Relay the rows pending now, print how many, and exit (cron, deploys, tests).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -74,7 +79,17 @@ class Command(BaseCommand):
             logging.basicConfig(
                 level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
             )
+        if options.get("once"):
+            self.stdout.write(f"relayed {asyncio.run(_once(relay))} rows")
+            return
         asyncio.run(_run(relay))
+
+
+async def _once(relay: AsyncRelay) -> int:
+    try:
+        return int(await relay.relay_pending())
+    finally:
+        await relay.close()
 
 
 async def _run(relay: AsyncRelay) -> None:
