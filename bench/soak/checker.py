@@ -162,8 +162,17 @@ class _Clock:
     def upper_ms_over(self, t0: float, t1: float) -> float | None:
         """The highest the server's clock can have read at some instant of [t0, t1]: the
         same as at ``t1`` for a clock that only runs forward, more when it stepped back in
-        between (a fetch before the step, seen after it, was made by the clock before)."""
-        ends = [b for b in (self.upper_ms(t0), self.upper_ms(t1)) if b is not None]
+        between (a fetch before the step, seen after it, was made by the clock before).
+        Without a sample near ``t1`` (the sampled master was down: a failover), the clock
+        runs on from the last sample before it: the bounds at ``t0`` and inside the span
+        alone would put the server's clock seconds behind a delivery made at its end."""
+        at_end = self.upper_ms(t1)
+        if at_end is None:
+            k = bisect.bisect_left(self.times, t1)
+            if k > 0:
+                s_t, s_ms, rtt = self.samples[k - 1]
+                at_end = s_ms + (t1 - s_t + rtt / 2) * 1000 + CLOCK_SLACK_MS
+        ends = [b for b in (self.upper_ms(t0), at_end) if b is not None]
         lo, hi = bisect.bisect_left(self.times, t0), bisect.bisect_right(self.times, t1)
         inside = [s_ms + rtt / 2 * 1000 + CLOCK_SLACK_MS for _, s_ms, rtt in self.samples[lo:hi]]
         return max(ends + inside) if ends or inside else None
@@ -171,10 +180,20 @@ class _Clock:
 
 def windows_of(events: Iterable[Event], grace_s: float, end_t: float) -> list[Window]:
     """Fault windows from the nemesis's ``fault`` start/stop pairs (an unended one runs to
-    the end of the history)."""
+    the end of the history). A ``nemesis-error`` ends the open window of its kind (one runs
+    at a time): the injection gave up there, and an unended window would excuse everything
+    after it."""
     open_: dict[str, Event] = {}
     found = []
     for e in events:
+        if e.f == "nemesis-error" and e.type == INFO:
+            for name, s in list(open_.items()):
+                if s.value["fault"] == e.value.get("fault"):
+                    del open_[name]
+                    found.append(Window(
+                        s.value["fault"], s.value.get("target", ""), s.t, e.t, e.t + grace_s
+                    ))  # fmt: skip
+            continue
         if e.f != "fault" or e.type != INFO:
             continue
         name = e.value["id"]

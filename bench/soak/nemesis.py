@@ -184,6 +184,7 @@ class Nemesis:
         self._main = threading.Thread(target=self._schedule, daemon=True)
         self._lock = threading.Lock()
         self._number = 0
+        self._open: dict[str, tuple[str, str]] = {}  # kind -> its window's name, target
 
     def start(self) -> None:
         self._main.start()
@@ -228,6 +229,9 @@ class Nemesis:
             getattr(self, "_" + fault.replace("-", "_"))(fault, length, draw)
         except Exception as exc:  # a fault that could not be injected is logged, not fatal
             self.h.rec.info("nemesis-error", fault=fault, error=repr(exc)[:300])
+            opened = self._open.get(fault)
+            if opened is not None:  # its window ends here, not at the end of the run
+                self._end(opened[0], fault, opened[1])
         finally:
             self._active.discard(fault)
 
@@ -237,10 +241,12 @@ class Nemesis:
         with self._lock:
             self._number += 1
             name = f"{fault}-{self._number}"
+        self._open[fault] = (name, target)
         self.h.rec.info("fault", id=name, fault=fault, target=target, phase="start", **detail)
         return name
 
     def _end(self, name: str, fault: str, target: str) -> None:
+        self._open.pop(fault, None)
         self.h.rec.info("fault", id=name, fault=fault, target=target, phase="stop")
 
     def _hold(self, length: float) -> None:
@@ -341,8 +347,22 @@ class Nemesis:
             try:
                 self._hold(length)
             finally:
-                c.config_set("maxmemory", "0")
+                self._lift_maxmemory(c)
         self._end(name, fault, "redis")
+
+    def _lift_maxmemory(self, c: redis.Redis) -> None:
+        """Lift the limit, trying for a minute (a pause or a sleep of the same node, or its
+        failover, can time the first try out): one left set refuses writes for the rest of
+        the run."""
+        patience = time.monotonic() + 60
+        while True:
+            try:
+                c.config_set("maxmemory", "0")
+                return
+            except (redis.RedisError, OSError):
+                if time.monotonic() > patience:
+                    raise
+                time.sleep(0.5)
 
     def _server_clock(self, fault: str, length: float, draw: float) -> None:
         server = self.h.server

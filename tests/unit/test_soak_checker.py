@@ -412,3 +412,49 @@ def test_the_soak_refuses_a_fault_it_does_not_know_before_starting_anything(caps
         main(["--faults", "consumer-kill,redis-explode", "--duration", "1"])
     assert exit_info.value.code == 2
     assert "unknown faults: redis-explode" in capsys.readouterr().err
+
+
+def test_a_delivery_seen_while_the_sampled_master_is_down_is_not_early() -> None:
+    """Before: with no clock sample near a worker's handler start (the sampled master was
+    killed: a failover), the server's clock was bounded by the samples near the start of the
+    span the fetch may lie in, seconds before it, and on-time deliveries counted as early
+    (the 2-hour cluster run: 48)."""
+    h = H()
+    h.clock(4)  # the samples stop at 4 s (the master down) and resume at 12 s
+    h.events += [e for e in _samples_from(12, 20)]
+    due = h.offer("producer", "a", 3, 6.0)  # due at 9 s: while no sample is taken
+    token = "worker-1-a-1"  # a worker's delivery: seen at its handler's start, on time
+    h.info("worker-1", "deliver", 9.2, id="a", due_ms=due, delivered_ms=due + 1, attempts=1,
+           token=token, key=None)  # fmt: skip
+    h.handled("worker-1", "a", 9.3, token)
+    h.ack("worker-1", "a", 9.4, token)
+    h.final(19.9)
+    report = h.check()
+    assert report.count("early") == 0, report.anomalies
+    # Still early where the delivering server's own clock says so.
+    late = H()
+    late.clock(4)
+    late.events += [e for e in _samples_from(12, 20)]
+    due = late.offer("producer", "b", 3, 6.0)
+    late.deliver("take-1", "b", 9.2, due, server_ms=due - 500)
+    late.final(19.9)
+    assert late.check().count("early") == 1
+
+
+def _samples_from(t0: float, t1: float) -> list[Event]:
+    h = H()
+    h.clock(t1)
+    return [e for e in h.events if e.t >= t0]
+
+
+def test_a_fault_the_nemesis_gave_up_on_ends_its_window() -> None:
+    """Before: a fault whose injection raised (logged as nemesis-error) left its window open
+    to the end of the run, excusing everything after it."""
+    h = H()
+    h.clock(30)
+    h.info("nemesis", "fault", 2, id="maxmemory-1", fault="maxmemory", target="redis",
+           phase="start")  # fmt: skip
+    h.info("harness", "nemesis-error", 2.5, fault="maxmemory", error="TimeoutError()")
+    h.final(29.9)
+    [window] = h.check(grace_s=1.0).windows
+    assert (window.fault, window.start, window.stop, window.end) == ("maxmemory", 2, 2.5, 3.5)

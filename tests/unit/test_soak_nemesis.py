@@ -57,3 +57,22 @@ def test_the_survey_stops_asking_after_a_run_of_unreadable_tasks() -> None:
     states = survey_states(queue, ids, patience=time.monotonic() - 1)
     assert set(states.values()) == {"unreadable"} and len(states) == 1000
     assert queue.calls == GIVE_UP_AFTER
+
+
+def test_a_fault_that_raises_mid_way_ends_its_window() -> None:
+    """Before: the window's start was recorded, the injection raised, and no stop came: the
+    window ran to the end of the 2-hour cluster run and excused everything after it."""
+    recorded: list[tuple[str, dict[str, object]]] = []
+    rec = SimpleNamespace(info=lambda f, **v: recorded.append((f, v)))
+    config = Config(topology="cluster", faults=FAULTS, seed=1)
+    n = Nemesis(SimpleNamespace(config=config, pg_dsn="postgresql://x", rec=rec))  # type: ignore[arg-type]
+
+    def broken(fault: str, length: float, draw: float) -> None:
+        n._window(fault, "redis")
+        raise TimeoutError("the node was paused")
+
+    n._maxmemory = broken  # type: ignore[method-assign]
+    n._run("maxmemory", 1.0, 0.5)
+    phases = [(f, v.get("phase")) for f, v in recorded]
+    assert phases == [("fault", "start"), ("nemesis-error", None), ("fault", "stop")]
+    assert n._open == {}
