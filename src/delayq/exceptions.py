@@ -78,7 +78,12 @@ class NotDurable(DelayqError):
 
 
 class ServerError(DelayqError):
-    """Redis answered a delayq script with an error (for example BUSY, OOM or WRONGTYPE)."""
+    """Redis answered a delayq script with an error (for example BUSY, OOM or WRONGTYPE).
+    ``where``: that Redis (its URL without the password), when known."""
+
+    def __init__(self, *args: object, where: str | None = None) -> None:
+        super().__init__(*args)
+        self.where = where
 
 
 class TaskIdConflict(DelayqError):

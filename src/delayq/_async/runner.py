@@ -359,7 +359,9 @@ class Runner:
                     raise _Redirected(str(reply))
                 if kind is not Failure.FATAL:
                     raise reply  # not here, not now: the whole round again
-                reply = ServerError(f"Redis refused a delayq call: {_reply_text(reply)}")
+                reply = ServerError(
+                    f"Redis refused a delayq call: {_reply_text(reply)}", where=self.where
+                )
             out.append(reply)
         return out
 
@@ -476,7 +478,9 @@ class Runner:
             except ResponseError as exc:
                 kind = _classify(exc)
                 if kind is Failure.FATAL:
-                    raise ServerError(f"Redis refused a delayq call: {_reply_text(exc)}") from exc
+                    raise ServerError(
+                        f"Redis refused a delayq call: {_reply_text(exc)}", where=self.where
+                    ) from exc
                 if kind in (Failure.MOVED, Failure.ASK) and not self._cluster:
                     raise ConfigError(
                         f"Redis at {self.where} is a cluster node: connect with "
