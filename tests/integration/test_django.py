@@ -8,8 +8,10 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -421,6 +423,55 @@ def test_relay_command_waits_for_the_replica_that_the_queue_options_ask_for(
     assert "outbox relay: Redis: NotDurable: queue 'orders': 3 task(s) written but not" in out
     retries = re.search(r"recovered after (\d+) failed attempt\(s\)", out)
     assert retries is not None and int(retries.group(1)) >= 2, out
+
+
+def scrape(port: int) -> str:
+    """The body of ``/metrics`` on ``port``, or '' while nothing answers there."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
+            return str(reply.read().decode())
+    except OSError:
+        return ""
+
+
+def test_worker_and_relay_commands_serve_metrics(
+    project: dict[str, str], client: Any, queue: DelayQueue
+) -> None:
+    """Before: neither command could serve /metrics (the CLI's worker and relay can)."""
+    worker_port, relay_port = free_port(), free_port()
+    worker = manage(project, "delayq_worker", "--queue", "orders", "--metrics-port",
+                    str(worker_port))  # fmt: skip
+    relay = manage(project, "delayq_relay", "--sweep-interval", "1", "--metrics-port",
+                   str(relay_port))  # fmt: skip
+    try:
+        placed = client.post("/orders/?delay=0.2").json()
+        wait_until(lambda: order(placed["id"]).status == "closed", timeout=20)
+        body = wait_until(lambda: _with(scrape(worker_port), "delayq_worker_tasks_total"), 20)
+        assert 'queue="orders"' in body and "delayq_queue_" in body
+        body = wait_until(lambda: _with(scrape(relay_port), "delayq_outbox_relayed_total"), 20)
+        assert "# TYPE delayq_outbox_pending gauge" in body
+    finally:
+        worker_out, relay_out = stop(worker), stop(relay)
+    assert f"metrics on http://127.0.0.1:{worker_port}/metrics" in worker_out
+    assert f"metrics on http://127.0.0.1:{relay_port}/metrics" in relay_out
+    assert "cannot read the table" not in relay_out  # the outbox's rows were read
+    assert scrape(worker_port) == scrape(relay_port) == ""  # both servers stopped
+
+
+def _with(body: str, name: str) -> str | None:
+    return body if name in body else None
+
+
+def test_metrics_on_a_port_in_use_is_a_clear_error(project: dict[str, str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for command in ("delayq_worker", "delayq_relay"):
+            out, _ = manage(project, command, "--metrics-port", str(port)).communicate(timeout=60)
+            assert f"127.0.0.1:{port}" in out and "Traceback" not in out, out
+    out, _ = manage(project, "delayq_worker", "--metrics-port", "70000").communicate(timeout=60)
+    assert "--metrics-port must be from 0 to 65535" in out
 
 
 def test_worker_command_without_a_handler_is_a_clear_error(project: dict[str, str]) -> None:

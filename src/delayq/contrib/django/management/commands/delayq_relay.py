@@ -17,7 +17,7 @@ from .....exceptions import ConfigError
 from .....outbox import AsyncRelay, QueueFormat
 from ...conf import delayq_settings
 from ...database import conninfo
-from ...outbox import format_options
+from ...outbox import format_options, get_outbox
 
 log = logging.getLogger("delayq.outbox")
 
@@ -40,6 +40,13 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--sweep-interval", type=float, help="Seconds between looks without a NOTIFY."
+        )
+        parser.add_argument(
+            "--metrics-port", type=int,
+            help="Serve Prometheus /metrics (the outbox's rows and this relay's counts).",
+        )  # fmt: skip
+        parser.add_argument(
+            "--metrics-host", default="127.0.0.1", help="Address for --metrics-port."
         )
         parser.add_argument(
             "--once",
@@ -82,7 +89,30 @@ class Command(BaseCommand):
         if options.get("once"):
             self.stdout.write(f"relayed {asyncio.run(_once(relay))} rows")
             return
-        asyncio.run(_run(relay))
+        server = None
+        if options.get("metrics_port") is not None:
+            server = _metrics(relay, options["database"], options["metrics_port"],
+                              options["metrics_host"])  # fmt: skip
+        try:
+            asyncio.run(_run(relay))
+        finally:
+            if server is not None:
+                server.stop()
+
+
+def _metrics(relay: AsyncRelay, database: str | None, port: int, host: str) -> Any:
+    """The relay's /metrics on ``host:port`` (the outbox's rows and this relay's counts)."""
+    from .....metrics import MetricsUnavailable
+    from .....outbox._metrics import serve_relay_metrics
+
+    if not 0 <= port <= 65535:
+        raise CommandError(f"--metrics-port must be from 0 to 65535, got {port}")
+    try:
+        server = serve_relay_metrics(get_outbox(database), relay.stats, port, host)
+    except (MetricsUnavailable, OSError) as exc:
+        raise CommandError(str(exc)) from exc
+    log.info("delayq relay: metrics on %s", server.url)
+    return server
 
 
 async def _once(relay: AsyncRelay) -> int:

@@ -8,8 +8,10 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from .....metrics import MetricsUnavailable
+from ...conf import delayq_settings
 from ...queues import close_queues
-from ...worker import build_worker
+from ...worker import build_worker, load_handlers
 
 
 class Command(BaseCommand):
@@ -25,6 +27,13 @@ class Command(BaseCommand):
         )  # fmt: skip
         parser.add_argument("--concurrency", type=int, help="Handlers running at once.")
         parser.add_argument("--health-file", help="File touched while the worker is alive.")
+        parser.add_argument(
+            "--metrics-port", type=int,
+            help="Serve Prometheus /metrics (the worker's and its queues') on this port.",
+        )  # fmt: skip
+        parser.add_argument(
+            "--metrics-host", default="127.0.0.1", help="Address for --metrics-port."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         overrides = {
@@ -32,18 +41,38 @@ class Command(BaseCommand):
             for name in ("concurrency", "health_file")
             if options.get(name) is not None
         }
-        try:
-            worker, queues = build_worker(options["queues"], {"handle_signals": True, **overrides})
-        except ImproperlyConfigured as exc:
-            raise CommandError(str(exc)) from exc
         # The command is the program, so it may set logging up (a library never does).
         if not logging.getLogger().handlers:
             logging.basicConfig(
                 level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
             )
+        server = None
+        try:
+            if options.get("metrics_port") is not None:
+                overrides["metrics"], server = _metrics(
+                    options["queues"], options["metrics_port"], options["metrics_host"]
+                )
+            worker, queues = build_worker(options["queues"], {"handle_signals": True, **overrides})
+        except (ImproperlyConfigured, MetricsUnavailable, OSError) as exc:
+            if server is not None:
+                server.stop()
+            raise CommandError(str(exc)) from exc
         try:
             worker.run()  # handles SIGTERM/SIGINT: a graceful stop
         finally:
             for queue in queues:
                 queue.close()
             close_queues()  # and the process's connection handle under them
+            if server is not None:
+                server.stop()
+
+
+def _metrics(queue_names: list[str], port: int, host: str) -> tuple[Any, Any]:
+    """The worker's /metrics on ``host:port``: its recorder and the server."""
+    from .....metrics.cli import worker_endpoint  # prometheus-client is optional
+
+    if not 0 <= port <= 65535:
+        raise CommandError(f"--metrics-port must be from 0 to 65535, got {port}")
+    conf = delayq_settings()
+    names = list(load_handlers(queue_names))  # the queues it will consume, by their names
+    return worker_endpoint(conf.redis_url, names, port, host, conf.prefix)
