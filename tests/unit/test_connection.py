@@ -116,6 +116,22 @@ def test_default_url_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         ("BUSY Redis is busy running a script", Failure.FATAL),
         ("OOM command not allowed when used memory > 'maxmemory'", Failure.FATAL),
         ("ERR user_script:1: something", Failure.FATAL),
+        # Redis 6.2's wrapping of an error a script's call met (7.x sends it as above).
+        (
+            f"Error running script (call to f_{'a' * 40}): @user_script:17: @user_script: 17: "
+            "-NOREPLICAS Not enough good replicas to write.",
+            Failure.RETRY,
+        ),
+        (
+            f"Error running script (call to f_{'a' * 40}): @user_script:17: @user_script: 17: "
+            "-OOM command not allowed when used memory > 'maxmemory'.",
+            Failure.FATAL,
+        ),
+        (
+            f"Error running script (call to f_{'a' * 40}): @user_script:3: user_script:3: "
+            "attempt to compare nil with number",
+            Failure.FATAL,
+        ),
     ],
 )
 def test_error_replies(reply: str, meaning: Failure) -> None:

@@ -83,6 +83,8 @@ def test_causes_and_where_an_error_names() -> None:
     assert refused_for_now(ServerError("Redis refused a delayq call: BUSY Redis is busy"))
     assert not refused_for_now(ServerError("Redis refused a delayq call: WRONGTYPE Operation"))
     assert not refused_for_now(ServerError("Redis refused a delayq call: ERR user_script:3"))
+    on_62 = "Error running script (call to f_0): @user_script:17: @user_script: 17: -OOM command"
+    assert refused_for_now(ServerError(f"Redis refused a delayq call: {on_62}"))
     inner = RedisUnavailable("gone", where="redis://h:1/0")
     try:
         try:

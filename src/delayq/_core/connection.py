@@ -220,9 +220,21 @@ _TRANSIENT_REPLIES = (
 )
 
 
+# Redis 6.2 wraps an error that a script's redis.call met in its own; 7.x passes it on as is:
+# "Error running script (call to f_<sha>): @user_script:17: @user_script: 17: -NOREPLICAS ..."
+_WRAPPED_IN_SCRIPT_ERROR = re.compile(r"(?:ERR )?Error running script .*?: -([A-Z]+ .*)$", re.S)
+
+
+def unwrapped_reply(message: str) -> str:
+    """An error reply as Redis 7 words it: the error a script met, for Redis 6.2's wrapping
+    (so a 6.2 master short of replicas, or full, is told apart from a failing script)."""
+    wrapped = _WRAPPED_IN_SCRIPT_ERROR.match(message)
+    return wrapped.group(1) if wrapped else message
+
+
 def classify_reply(message: str) -> Failure:
     """The meaning of an error reply (a redis-py ``ResponseError``'s text)."""
-    head = message.split(" ", 1)[0].upper()
+    head = unwrapped_reply(message).split(" ", 1)[0].upper()
     if head == "NOSCRIPT":
         return Failure.NOSCRIPT
     if head == "MOVED":

@@ -32,13 +32,18 @@ _REPLY_CAUSES: Final = ("LOADING", "READONLY", "MASTERDOWN", "NOREPLICAS", "CLUS
                         "TRYAGAIN", "BUSY", "NOAUTH", "WRONGPASS", "OOM", "MISCONF")  # fmt: skip
 
 
+# Where a code sits in a wrapped message: "(OOM ...)", "queue 'q': OOM ...", and Redis 6.2's
+# script error "... @user_script: 17: -OOM ...".
+_BEFORE_CODE: Final = ("(", ": ", ": -")
+
+
 def cause_of(error: BaseException) -> str:
     """What kind of failure ``error`` is: ``unreachable`` for every lost or refused
     connection and timeout (they alternate during one outage), the code of an error reply
     that means "not now" (``LOADING``), else the exception's type name."""
     text = str(error)
     for code in _REPLY_CAUSES:
-        if text.startswith(code) or f"({code} " in text or f": {code} " in text:
+        if text.startswith(code) or any(f"{sep}{code} " in text for sep in _BEFORE_CODE):
             return code
     if isinstance(error, ConnectionError | TimeoutError | OSError):
         return "unreachable"
