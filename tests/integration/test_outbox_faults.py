@@ -18,7 +18,7 @@ import redis
 from delayq import DelayQueue, TaskState
 from delayq.embedded import EmbeddedRedis
 from delayq.outbox import Outbox, Relay
-from tests.helpers import wait_until
+from tests.helpers import busy_script, wait_until
 from tests.outbox_support import (
     TcpProxy,
     backend_pids,
@@ -211,43 +211,6 @@ def test_redis_refusing_writes_rows_wait_then_flow(
     finally:
         relay.stop()
         client.close()
-
-
-@contextlib.contextmanager
-def busy_script(server: EmbeddedRedis) -> Iterator[None]:
-    """A script that spins until it is killed: every other call meanwhile gets BUSY."""
-    blocker = redis.Redis.from_url(server.url)
-    blocker.config_set("lua-time-limit", 100)  # BUSY after 100 ms (busy-reply-threshold)
-
-    def spin() -> None:
-        with contextlib.suppress(redis.RedisError):
-            blocker.eval("while true do end", 0)
-
-    spinning = threading.Thread(target=spin, daemon=True)
-    spinning.start()
-    killer = redis.Redis.from_url(server.url)
-    try:
-        wait_until(lambda: _answers_busy(killer), 10)
-        yield
-    finally:
-        wait_until(lambda: _killed(killer), 10)
-        spinning.join(10)
-        killer.close()
-        blocker.close()
-
-
-def _answers_busy(client: redis.Redis) -> bool:
-    try:
-        client.get("delayq-test-probe")
-    except redis.ResponseError as exc:
-        return str(exc).startswith("BUSY")
-    return False
-
-
-def _killed(client: redis.Redis) -> bool:
-    with contextlib.suppress(redis.ResponseError):
-        client.script_kill()
-    return not _answers_busy(client)
 
 
 def test_redis_killed_with_aof_and_restarted(
