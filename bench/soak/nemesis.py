@@ -24,6 +24,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -160,6 +161,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
+class NoTarget(Exception):
+    """No node a fault can aim at now (each is down or held by another fault)."""
+
+
 class Nemesis:
     """Starts a fault every ``fault_every_s`` on average (exponential gaps, seeded), each
     lasting ``fault_length_s`` on average; at most one fault of a kind at a time, so
@@ -185,6 +190,10 @@ class Nemesis:
         self._lock = threading.Lock()
         self._number = 0
         self._open: dict[str, tuple[str, str]] = {}  # kind -> its window's name, target
+        # The Redis nodes (ports) a node fault holds now (paused, asleep, full, stopped,
+        # killed, cut off): a second node fault picks another node or none, instead of
+        # timing out on this one or aiming at a master that is down.
+        self._held: dict[int, str] = {}
 
     def start(self) -> None:
         self._main.start()
@@ -227,6 +236,8 @@ class Nemesis:
     def _run(self, fault: str, length: float, draw: float) -> None:
         try:
             getattr(self, "_" + fault.replace("-", "_"))(fault, length, draw)
+        except NoTarget as exc:  # nothing to aim at now: no window was opened
+            self.h.rec.info("nemesis-skip", fault=fault, reason=str(exc))
         except Exception as exc:  # a fault that could not be injected is logged, not fatal
             self.h.rec.info("nemesis-error", fault=fault, error=repr(exc)[:300])
             opened = self._open.get(fault)
@@ -256,17 +267,52 @@ class Nemesis:
         procs = [p for p in self.h.procs if p.role in roles and p.alive() and not p.stopped]
         return procs[int(draw * len(procs))] if procs else None
 
-    def _redis(self) -> redis.Redis:
-        if self.h.config.topology == "sentinel":  # the master of the moment, directly
-            client: redis.Redis = self.h.group.master().client(socket_timeout=5, retry=ONCE)
-            return client
-        return self.h.master_client(retry=ONCE)
+    @contextlib.contextmanager
+    def _holding(self, port: int, fault: str) -> Iterator[None]:
+        with self._lock:
+            self._held[port] = fault
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held.pop(port, None)
+
+    def _free(self, port: int) -> bool:
+        with self._lock:
+            return port not in self._held
+
+    def _redis(self, draw: float) -> tuple[redis.Redis, int]:
+        """A client of a master that no other node fault holds, and its port: the master of
+        the moment (Sentinel), one serving a shard (cluster), the server (standalone)."""
+        topology = self.h.config.topology
+        if topology == "cluster":
+            node, _ = self._shard_master(draw)
+            return node.client(socket_timeout=5, retry=ONCE), node.port
+        if topology == "sentinel":  # the master of the moment, directly
+            master = self.h.group.master()
+            client: redis.Redis = master.client(socket_timeout=5, retry=ONCE)
+            port = master.port
+        else:
+            assert self.h.server is not None
+            client, port = self.h.master_client(retry=ONCE), self.h.server.port
+        if not self._free(port):
+            client.close()
+            raise NoTarget(f"the master ({port}) is held by {self._held.get(port)}")
+        return client, port
 
     def _shard_master(self, draw: float) -> tuple[Any, int]:
-        """A cluster master serving one of the queue's shards, and that shard's slot."""
+        """A cluster master serving one of the queue's shards, and that shard's slot: the
+        drawn shard's, or the next one's whose master is up and held by no other fault."""
         slots = self.h.shard_slots()
-        slot = slots[int(draw * len(slots))]
-        return self.h.group.master_of(slot), slot
+        start = int(draw * len(slots))
+        for slot in slots[start:] + slots[:start]:
+            try:
+                master = self.h.group.master_of(slot)
+            except LookupError:  # its master is down and no replica took over yet
+                continue
+            if self._free(master.port):
+                return master, slot
+        raise NoTarget("every shard's master is down or held by another fault")
 
     # -- the faults -------------------------------------------------------------------------
 
@@ -323,25 +369,30 @@ class Nemesis:
         self._end(name, fault, "redis")
 
     def _redis_pause(self, fault: str, length: float, draw: float) -> None:
-        name = self._window(fault, "redis")
-        with contextlib.suppress(redis.RedisError), self._redis() as c:
-            c.execute_command("CLIENT", "PAUSE", int(length * 1000), "ALL")
-        self._hold(length)
-        with contextlib.suppress(redis.RedisError), self._redis() as c:
-            c.execute_command("CLIENT", "UNPAUSE")
+        c, port = self._redis(draw)
+        with c, self._holding(port, fault):
+            name = self._window(fault, "redis", node=port)
+            with contextlib.suppress(redis.RedisError):
+                c.execute_command("CLIENT", "PAUSE", int(length * 1000), "ALL")
+            self._hold(length)
+            with contextlib.suppress(redis.RedisError):
+                c.execute_command("CLIENT", "UNPAUSE")
         self._end(name, fault, "redis")
 
     def _redis_sleep(self, fault: str, length: float, draw: float) -> None:
         length = min(length, 3.0)  # the server is blocked for all of it: keep it short
-        name = self._window(fault, "redis")
-        with contextlib.suppress(redis.RedisError), self._redis() as c:
-            c.execute_command("DEBUG", "SLEEP", f"{length:.2f}")
+        c, port = self._redis(draw)
+        with c, self._holding(port, fault):
+            name = self._window(fault, "redis", node=port)
+            with contextlib.suppress(redis.RedisError):
+                c.execute_command("DEBUG", "SLEEP", f"{length:.2f}")
         self._end(name, fault, "redis")
 
     def _maxmemory(self, fault: str, length: float, draw: float) -> None:
-        with self._redis() as c:
+        c, port = self._redis(draw)
+        with c, self._holding(port, fault):
             used = int(c.info("memory")["used_memory"])
-            name = self._window(fault, "redis")
+            name = self._window(fault, "redis", node=port)
             c.config_set("maxmemory-policy", "noeviction")
             c.config_set("maxmemory", str(used + 64 * 1024))
             try:
@@ -391,12 +442,13 @@ class Nemesis:
         master comes back as a replica after the fault (AOF replayed, then resynced)."""
         group, cluster = self.h.group, self.h.config.topology == "cluster"
         old, slot = self._shard_master(draw) if cluster else (group.master(), None)
-        name = self._window(fault, "redis", node=old.port)
-        old.kill()
-        try:
-            self._promoted_and_held(old, slot, length)
-        finally:  # a failover that did not come still leaves the node running again
-            group.restart(old, 30)
+        with self._holding(old.port, fault):
+            name = self._window(fault, "redis", node=old.port)
+            old.kill()
+            try:
+                self._promoted_and_held(old, slot, length)
+            finally:  # a failover that did not come still leaves the node running again
+                group.restart(old, 30)
         if cluster:
             self._mend_cluster()
         self._end(name, fault, "redis")
@@ -422,12 +474,13 @@ class Nemesis:
         believing it is the master until it learns otherwise and becomes a replica."""
         group, cluster = self.h.group, self.h.config.topology == "cluster"
         old, slot = self._shard_master(draw) if cluster else (group.master(), None)
-        name = self._window(fault, "redis", node=old.port)
-        old.pause()
-        try:
-            self._promoted_and_held(old, slot, length)
-        finally:
-            old.resume()
+        with self._holding(old.port, fault):
+            name = self._window(fault, "redis", node=old.port)
+            old.pause()
+            try:
+                self._promoted_and_held(old, slot, length)
+            finally:
+                old.resume()
         if cluster:
             self._mend_cluster()
         else:
@@ -442,13 +495,14 @@ class Nemesis:
         old = group.master()
         if old.port != group.master0.port:
             return  # the master is outside the namespace now: nothing to split
-        name = self._window(fault, "redis", node=old.port)
-        group.cut()
-        try:
-            group.wait_for_new_master(old, 60)
-            self._hold(length)
-        finally:
-            group.heal_and_wait(old, 60)
+        with self._holding(old.port, fault):
+            name = self._window(fault, "redis", node=old.port)
+            group.cut()
+            try:
+                group.wait_for_new_master(old, 60)
+                self._hold(length)
+            finally:
+                group.heal_and_wait(old, 60)
         self._end(name, fault, "redis")
 
     def _migrate(self, fault: str, length: float, draw: float) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from bench.soak.nemesis import FAULTS, FIT, RESHAPING, Nemesis
+import pytest
+from bench.soak.nemesis import FAULTS, FIT, RESHAPING, Nemesis, NoTarget
 from bench.soak.run import Config
 
 
@@ -76,3 +77,48 @@ def test_a_fault_that_raises_mid_way_ends_its_window() -> None:
     phases = [(f, v.get("phase")) for f, v in recorded]
     assert phases == [("fault", "start"), ("nemesis-error", None), ("fault", "stop")]
     assert n._open == {}
+
+
+Recorded = list[tuple[str, dict[str, object]]]
+
+
+def _nemesis(topology: str, **harness: object) -> tuple[Nemesis, Recorded]:
+    recorded: Recorded = []
+    rec = SimpleNamespace(info=lambda f, **v: recorded.append((f, v)))
+    config = Config(topology=topology, faults=FAULTS, seed=1)
+    fake = SimpleNamespace(config=config, pg_dsn="postgresql://x", rec=rec, **harness)
+    return Nemesis(fake), recorded  # type: ignore[arg-type]
+
+
+def test_a_node_fault_skips_a_master_another_fault_holds() -> None:
+    """Before: a maxmemory drawn while a CLIENT PAUSE held the only master timed out on it
+    (a window from its start to the error, and no fault injected)."""
+    master = SimpleNamespace(port=7000, client=lambda **_: SimpleNamespace(close=lambda: None))
+    n, recorded = _nemesis("sentinel", group=SimpleNamespace(master=lambda: master))
+    with n._holding(7000, "redis-pause"):
+        n._run("maxmemory", 1.0, 0.5)
+    reason = "the master (7000) is held by redis-pause"
+    assert recorded == [("nemesis-skip", {"fault": "maxmemory", "reason": reason})]
+    assert n._held == {} and n._open == {}
+
+
+def test_a_cluster_fault_aims_at_a_shard_whose_master_is_up_and_free() -> None:
+    """Before: the drawn shard's master was taken as it was, down or not ("no master owns
+    slot 2048": 9 faults of the 2-hour cluster run not injected)."""
+    nodes = {1: SimpleNamespace(port=7001), 2: SimpleNamespace(port=7002)}
+
+    def master_of(slot: int) -> object:
+        if slot not in nodes:
+            raise LookupError(f"no master owns slot {slot}")
+        return nodes[slot]
+
+    n, _ = _nemesis("cluster", group=SimpleNamespace(master_of=master_of),
+                    shard_slots=lambda: [0, 1, 2])  # fmt: skip
+    assert n._shard_master(0.0) == (nodes[1], 1)  # slot 0's master is down: the next one
+    with n._holding(7001, "master-stop"):
+        assert n._shard_master(0.0) == (nodes[2], 2)
+        with n._holding(7002, "redis-pause"), pytest.raises(NoTarget):
+            n._shard_master(0.5)
+    assert n._shard_master(0.9) == (nodes[2], 2)
+    with n._holding(7002, "maxmemory"):  # from the drawn shard on, wrapping round
+        assert n._shard_master(0.9) == (nodes[1], 1)
