@@ -18,6 +18,7 @@ from .....outbox import AsyncRelay, QueueFormat
 from ...conf import delayq_settings
 from ...database import conninfo
 from ...outbox import format_options, get_outbox
+from .._options import add_metrics_options, metrics_address
 
 log = logging.getLogger("delayq.outbox")
 
@@ -41,13 +42,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--sweep-interval", type=float, help="Seconds between looks without a NOTIFY."
         )
-        parser.add_argument(
-            "--metrics-port", type=int,
-            help="Serve Prometheus /metrics (the outbox's rows and this relay's counts).",
-        )  # fmt: skip
-        parser.add_argument(
-            "--metrics-host", default="127.0.0.1", help="Address for --metrics-port."
-        )
+        add_metrics_options(parser, "the outbox's rows and this relay's counts")
         parser.add_argument(
             "--once",
             action="store_true",
@@ -89,10 +84,8 @@ class Command(BaseCommand):
         if options.get("once"):
             self.stdout.write(f"relayed {asyncio.run(_once(relay))} rows")
             return
-        server = None
-        if options.get("metrics_port") is not None:
-            server = _metrics(relay, options["database"], options["metrics_port"],
-                              options["metrics_host"])  # fmt: skip
+        address = metrics_address(options)
+        server = None if address is None else _metrics(relay, options["database"], *address)
         try:
             asyncio.run(_run(relay))
         finally:
@@ -105,8 +98,6 @@ def _metrics(relay: AsyncRelay, database: str | None, port: int, host: str) -> A
     from .....metrics import MetricsUnavailable
     from .....outbox._metrics import serve_relay_metrics
 
-    if not 0 <= port <= 65535:
-        raise CommandError(f"--metrics-port must be from 0 to 65535, got {port}")
     try:
         server = serve_relay_metrics(get_outbox(database), relay.stats, port, host)
     except (MetricsUnavailable, OSError) as exc:

@@ -12,6 +12,7 @@ from .....metrics import MetricsUnavailable
 from ...conf import delayq_settings
 from ...queues import close_queues
 from ...worker import build_worker, load_handlers
+from .._options import add_metrics_options, metrics_address
 
 
 class Command(BaseCommand):
@@ -27,13 +28,7 @@ class Command(BaseCommand):
         )  # fmt: skip
         parser.add_argument("--concurrency", type=int, help="Handlers running at once.")
         parser.add_argument("--health-file", help="File touched while the worker is alive.")
-        parser.add_argument(
-            "--metrics-port", type=int,
-            help="Serve Prometheus /metrics (the worker's and its queues') on this port.",
-        )  # fmt: skip
-        parser.add_argument(
-            "--metrics-host", default="127.0.0.1", help="Address for --metrics-port."
-        )
+        add_metrics_options(parser, "the worker's and its queues'")
 
     def handle(self, *args: Any, **options: Any) -> None:
         overrides = {
@@ -48,10 +43,9 @@ class Command(BaseCommand):
             )
         server = None
         try:
-            if options.get("metrics_port") is not None:
-                overrides["metrics"], server = _metrics(
-                    options["queues"], options["metrics_port"], options["metrics_host"]
-                )
+            address = metrics_address(options)
+            if address is not None:
+                overrides["metrics"], server = _metrics(options["queues"], *address)
             worker, queues = build_worker(options["queues"], {"handle_signals": True, **overrides})
         except (ImproperlyConfigured, MetricsUnavailable, OSError) as exc:
             if server is not None:
@@ -71,8 +65,6 @@ def _metrics(queue_names: list[str], port: int, host: str) -> tuple[Any, Any]:
     """The worker's /metrics on ``host:port``: its recorder and the server."""
     from .....metrics.cli import worker_endpoint  # prometheus-client is optional
 
-    if not 0 <= port <= 65535:
-        raise CommandError(f"--metrics-port must be from 0 to 65535, got {port}")
     conf = delayq_settings()
     names = list(load_handlers(queue_names))  # the queues it will consume, by their names
     return worker_endpoint(conf.redis_url, names, port, host, conf.prefix)
