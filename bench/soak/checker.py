@@ -350,6 +350,11 @@ def check(
             reason = reason or explain(a.seen, b.seen, a.process)
             if reason is None and a.ack is None:
                 reason = _own_fault(faulted, a.process, a.seen, b.seen)
+            if reason is None and b.attempts < a.attempts:
+                # b is the older attempt, handled last: its consumer held it (stopped, say,
+                # with the fetch's reply in flight) while its lease lapsed and a took the next.
+                fetched = b.started if b.started is not None else b.seen - WORKER_HOLD_S
+                reason = _own_fault(faulted, b.process, fetched, b.seen)
             if reason is None and via.get(task_id) == "outbox":
                 # A relay killed between Redis's reply and its DELETE's commit offers the
                 # batch again; a task acked in between is created anew (docs/outbox.md).

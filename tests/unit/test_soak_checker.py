@@ -264,6 +264,27 @@ def test_a_redelivery_after_a_good_ack_outside_any_fault_is_an_unexplained_dupli
     assert report.valid and report.count("duplicate", explained=True) == 1
 
 
+def test_an_older_attempt_handled_after_its_consumer_was_stopped_is_explained() -> None:
+    """Before: in the 2-hour Sentinel run, take-0 was SIGSTOPped with its fetch's reply in
+    flight; its lease lapsed, a worker took and handled attempt 2, and take-0, resumed,
+    handled its attempt 1: an unexplained duplicate, though take-0's own stop explains it."""
+    h = H()
+    h.clock(10)
+    due = h.offer("producer", "a", 1, 0.5)
+    h.op("take-0", "fetch", 1.6, 5.0, id="a", due_ms=due, delivered_ms=due, attempts=1,
+         token="old")  # fmt: skip
+    late = processed(h, "worker-3", "a", 4.6, due, attempts=2)
+    assert late
+    h.handled("take-0", "a", 5.01, "old")
+    h.ack("take-0", "a", 5.02, "old", kind="fail")
+    h.final(9)
+    [dup] = h.check().unexplained()  # without the stop, nothing explains it
+    assert dup.kind == "duplicate" and "attempt 1" in dup.detail
+    h.fault("consumer-stop", "take-0", 1.7, 5.0)
+    report = h.check()
+    assert report.valid and report.count("duplicate", explained=True) == 1
+
+
 def test_a_worker_killed_before_its_ack_explains_the_redelivery() -> None:
     h = H()
     h.clock(10)
