@@ -103,6 +103,31 @@ class Proc:
             self.popen.wait()
 
 
+FAILOVER_WINDOW_CAP_S = 60.0  # a failover-observed window ends by then, whole or not
+
+
+def replication_whole(infos: Sequence[dict[str, Any] | None]) -> bool:
+    """Whether a replication group is whole, from each node's ``INFO replication`` (None: no
+    answer): one master, every other node its replica with the link up, and the master
+    counting each of them online."""
+    if any(info is None for info in infos):
+        return False
+    masters = [info for info in infos if info and info.get("role") == "master"]
+    if len(masters) != 1:
+        return False
+    master = masters[0]
+    replicas = [info for info in infos if info is not master]
+    online = [
+        value for key, value in master.items()
+        if key.startswith("slave") and key[5:].isdigit() and isinstance(value, dict)
+        and value.get("state") == "online"
+    ]  # fmt: skip
+    return len(online) == len(replicas) and all(
+        info and info.get("role") == "slave" and info.get("master_link_status") == "up"
+        for info in replicas
+    )
+
+
 class Harness:
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -334,8 +359,12 @@ class Harness:
     def _watch_sentinel(self) -> None:
         """Record every failover the sentinels make, whatever caused it (a paused or blocked
         master is a failover too), as a ``failover-observed`` fault window: from the first
-        sign (the master subjectively down) until the old master is a replica again (or
-        20 s)."""
+        sign (the master subjectively down) until the group is whole again (or 60 s).
+
+        Whole, not merely reachable: the old master comes back believing it is the master,
+        and Sentinel makes it a replica only some 8-10 s later (it waits for newer configs
+        first). Until then the new master has one replica fewer, so a ``Durability`` that
+        asks for every replica cannot be met: that wait is the failover's, not delayq's."""
         host, port = self.group.sentinel_addresses[0]
         window: dict[str, Any] = {}
         number = 0
@@ -345,34 +374,44 @@ class Harness:
                     pubsub = client.pubsub()
                     pubsub.psubscribe("*")
                     while not self._stop.is_set():
-                        message = pubsub.get_message(timeout=0.5)
+                        message = pubsub.get_message(timeout=0.25)
                         now = time.monotonic()
-                        if window and now - window["t"] > 20:
-                            self._observed(window, "stop")
+                        if window and now - window["t"] > FAILOVER_WINDOW_CAP_S:
+                            self._observed(window, "stop", why="cap")
+                            window = {}
+                        elif window and self._group_whole():
+                            self._observed(window, "stop", why="whole")
                             window = {}
                         if not message or message["type"] != "pmessage":
                             continue
                         event = message["channel"].decode()
                         data = message["data"].decode()
-                        if (
-                            not window
-                            and event in ("+sdown", "+odown", "+try-failover")
-                            and (data.startswith("master"))
+                        # A sentinel that missed the master's silence still hears of
+                        # the switch that the others made.
+                        if not window and (
+                            event == "+switch-master"
+                            or (
+                                event in ("+sdown", "+odown", "+try-failover")
+                                and data.startswith("master")
+                            )
                         ):
                             number += 1
                             window = {"id": f"failover-observed-{number}", "t": now}
                             self._observed(window, "start", event=f"{event} {data}")
-                        elif (
-                            window
-                            and event in ("+convert-to-slave", "-sdown")
-                            and (event == "+convert-to-slave" or data.startswith("slave"))
-                        ):
-                            self._observed(window, "stop", event=f"{event} {data}")
-                            window = {}
             except (redis.RedisError, OSError):
                 self._stop.wait(0.5)
         if window:
-            self._observed(window, "stop")
+            self._observed(window, "stop", why="end")
+
+    def _group_whole(self) -> bool:
+        infos: list[dict[str, Any] | None] = []
+        for node in self.group.nodes:
+            try:
+                with node.client(socket_timeout=0.5, socket_connect_timeout=0.5) as c:
+                    infos.append(c.info("replication"))
+            except (redis.RedisError, OSError):
+                infos.append(None)
+        return replication_whole(infos)
 
     def _observed(self, window: dict[str, Any], phase: str, **detail: Any) -> None:
         self.rec.info("fault", id=window["id"], fault="failover-observed", target="redis",
