@@ -51,7 +51,12 @@ def _lost_reply_call(
         wait_until(
             lambda: (
                 logged(logs, "unavailable", "imeout")
-                or any("Operation failed" in r.getMessage() for r in logs.records)
+                # redis-py's Retry logs a failed try: "Operation failed" up to 8.1, then
+                # "TimeoutError received for command ..."
+                or any(
+                    "Operation failed" in r.getMessage() or "received for command" in r.getMessage()
+                    for r in logs.records
+                )
             ),
             timeout=5,
         )
