@@ -6,7 +6,9 @@ import socket
 import ssl
 
 import pytest
+import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import DataError
 
 from delayq import ConfigError
 from delayq._core.connection import (
@@ -17,6 +19,7 @@ from delayq._core.connection import (
     classify_connection_error,
     classify_reply,
     default_url,
+    packed,
     parse_url,
     redirect_of,
 )
@@ -187,3 +190,26 @@ def test_sentinel_failover_announcements() -> None:
     assert failover_news("-failover-abort-no-good-slave", abort, "shop") is FailoverNews.ABORTED
     assert failover_news("-failover-abort-no-good-slave", abort, "other") is None
     assert failover_news("+sdown", abort, "shop") is None
+
+
+def test_packed_commands_are_what_redis_py_sends() -> None:
+    """hiredis packs delayq's script calls byte for byte as redis-py's own packer does: str
+    (UTF-8), bytes, ints and floats, several commands in one buffer."""
+    commands = [
+        ("EVALSHA", "ab" * 20, 3, "k1", "k2", "ké", b"\x00\xff\r\n", 12, -3, 0.5, 10**15),
+        ("WAIT", 1, 1000),
+        ("SET", "", b""),
+    ]
+    conn = redis.Connection()  # never connected: only its packer is used
+    assert packed(commands, conn.pack_commands) == [b"".join(conn.pack_commands(commands))]
+
+
+def test_packed_leaves_what_hiredis_refuses_to_redis_py() -> None:
+    """An argument hiredis cannot pack goes to redis-py's packer, which raises its own error
+    for it (a bool), rather than sending something else."""
+    conn = redis.Connection()
+    with pytest.raises(DataError):
+        packed([("SET", "k", True)], conn.pack_commands)
+    assert packed([("SET", "k", memoryview(b"v"))], conn.pack_commands) == [
+        b"".join(conn.pack_commands([("SET", "k", b"v")]))
+    ]

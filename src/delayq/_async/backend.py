@@ -18,7 +18,9 @@ from redis.backoff import NoBackoff
 from redis.connection import HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .._core import connection
 from .._core.connection import Target, Topology
 from .._core.urls import safe_url, without_secrets_of
 from ..exceptions import ConfigError
@@ -42,6 +44,11 @@ async def wait_out(until: float) -> None:
     other tasks run meanwhile; this one costs a loop turn at a time."""
     while time.monotonic() < until:
         await asyncio.sleep(0)
+
+
+def _untyped(made: Any) -> Any:
+    """``made`` as Any: redis-py types some constructors in one release and not the next."""
+    return made
 
 
 def make_client(target: Target, client_name: str, timeout_s: float) -> tuple[Any, list[Any]]:
@@ -68,7 +75,7 @@ def make_client(target: Target, client_name: str, timeout_s: float) -> tuple[Any
             ) from None  # redis-py's error may quote part of the password
     auth: dict[str, Any] = {"username": target.username, "password": target.password}
     if target.topology is Topology.SENTINEL:
-        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        sentinel = _untyped(Sentinel)(
             list(target.hosts),
             sentinel_kwargs={
                 "socket_timeout": timeout_s,
@@ -190,6 +197,30 @@ async def ensure_connected(conn: Any) -> None:
         await conn.connect()
 
 
+async def write(conn: Any, commands: Sequence[Sequence[Any]]) -> None:
+    """Send ``commands`` on a connected ``conn``. redis-py's own send runs every write in a
+    task of its own under ``wait_for`` (its socket timeout): two more turns of the event loop
+    a call, a third of a take()/ack() loop's client time. The write goes to the socket in
+    place here, and waits (under that timeout) only while the transport holds data back."""
+    writer = getattr(conn, "_writer", None)
+    packed = connection.packed(commands, conn.pack_commands)
+    if writer is None or writer.is_closing():  # not connected, or another redis-py: its path
+        await conn.send_packed_command(packed, check_health=False)
+        return
+    if conn.health_check_interval:  # a client passed in may ask for one
+        await conn.check_health()
+    try:
+        writer.writelines(packed)
+        if writer.transport.get_write_buffer_size():  # the socket did not take it all
+            await asyncio.wait_for(writer.drain(), conn.socket_timeout)
+    except TimeoutError:
+        await disconnect(conn)
+        raise RedisTimeoutError("Timeout writing to socket") from None
+    except OSError as exc:
+        await disconnect(conn)
+        raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
+
+
 Lock = contextlib.nullcontext  # one task runs at a time: nothing to lock
 Interrupted = asyncio.CancelledError  # what a kick raises in the task it lands in
 
@@ -288,7 +319,7 @@ class _HiredisPackConnection(aioredis.Connection):
     """redis.asyncio packs commands in pure Python, re-copying the buffer for every argument:
     a 4,000-argument batch took milliseconds. The sync client's hiredis packer does it in C."""
 
-    _packer = HiredisRespSerializer()
+    _packer = _untyped(HiredisRespSerializer)()
 
     def pack_command(self, *args: Any) -> list[bytes]:
         return self._packer.pack(*args)  # type: ignore[no-any-return]

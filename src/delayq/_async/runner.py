@@ -542,10 +542,7 @@ class Runner:
 async def _send(conn: Any, commands: Sequence[Command]) -> list[Any]:
     """Write ``commands`` at once and read every reply, error replies in place."""
     await backend.ensure_connected(conn)
-    if len(commands) == 1:  # the hot path: one EVALSHA
-        await conn.send_command(*commands[0])
-    else:
-        await conn.send_packed_command(conn.pack_commands(commands))
+    await backend.write(conn, commands)
     replies: list[Any] = []
     for _ in commands:
         try:

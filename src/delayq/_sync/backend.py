@@ -22,6 +22,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
+from .._core import connection
 from .._core.connection import Target, Topology
 from .._core.urls import safe_url, without_secrets_of
 from ..exceptions import ConfigError
@@ -39,6 +40,11 @@ TIMER_SLACK = 0.0  # threads' timed waits end within ~0.1 ms of their time (see 
 
 def wait_out(until: float) -> None:
     """Nothing to wait out: a thread's timed wait already ended at ``until``."""
+
+
+def _untyped(made: Any) -> Any:
+    """``made`` as Any: redis-py types some constructors in one release and not the next."""
+    return made
 
 
 def make_client(target: Target, client_name: str, timeout_s: float) -> tuple[Any, list[Any]]:
@@ -63,7 +69,7 @@ def make_client(target: Target, client_name: str, timeout_s: float) -> tuple[Any
             ) from None  # redis-py's error may quote part of the password
     auth: dict[str, Any] = {"username": target.username, "password": target.password}
     if target.topology is Topology.SENTINEL:
-        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        sentinel = _untyped(Sentinel)(
             list(target.hosts),
             sentinel_kwargs={
                 "socket_timeout": timeout_s,
@@ -74,9 +80,7 @@ def make_client(target: Target, client_name: str, timeout_s: float) -> tuple[Any
                 "retry": Retry(NoBackoff(), 0),
             },
         )
-        client = sentinel.master_for(  # type: ignore[no-untyped-call]
-            target.service, db=target.db, ssl=target.tls, **auth, **common
-        )
+        client = sentinel.master_for(target.service, db=target.db, ssl=target.tls, **auth, **common)
         return client, list(sentinel.sentinels)
     # redis-py's sync cluster client connects in its constructor; it is made on first use.
     return _LazyCluster(target, auth, common), []
@@ -194,6 +198,11 @@ def pubsub_connection(client: Any, address: tuple[str, int] | None) -> Any:
     client = resolve(client)
     pool = client.connection_pool if address is None else _pool(client, address)
     return pool.connection_class(**pool.connection_kwargs)
+
+
+def write(conn: Any, commands: Sequence[Sequence[Any]]) -> None:
+    """Send ``commands`` on a connected ``conn`` (redis-py's sync send writes in place)."""
+    conn.send_packed_command(connection.packed(commands, conn.pack_commands))
 
 
 def ensure_connected(conn: Any) -> None:

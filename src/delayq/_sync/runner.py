@@ -543,10 +543,7 @@ class Runner:
 def _send(conn: Any, commands: Sequence[Command]) -> list[Any]:
     """Write ``commands`` at once and read every reply, error replies in place."""
     backend.ensure_connected(conn)
-    if len(commands) == 1:  # the hot path: one EVALSHA
-        conn.send_command(*commands[0])
-    else:
-        conn.send_packed_command(conn.pack_commands(commands))
+    backend.write(conn, commands)
     replies: list[Any] = []
     for _ in commands:
         try:

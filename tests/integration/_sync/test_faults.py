@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from delayq import DelayQueue, RedisUnavailable
+from delayq import DelayQueue, Offer, RedisUnavailable
 from delayq.embedded import EmbeddedRedis
 from tests.faults_support import (
     empty_counts,
@@ -129,6 +129,31 @@ def test_frozen_server_call_gives_up_within_its_timeout(
             elapsed = time.monotonic() - started
             thaw(own_server7)
         assert elapsed < 2.0, f"{operation} blocked {elapsed:.1f}s against a frozen server"
+
+
+def test_write_beyond_socket_buffers_to_frozen_server_gives_up_and_recovers(
+    own_server7: EmbeddedRedis, prefix: str
+) -> None:
+    """A call whose write the kernel cannot take whole (16 MB to a frozen server) waits for
+    the socket under the socket timeout and gives up about reconnect_timeout later; the
+    connection it half-wrote is dropped, so after the thaw the same offers, resent under their
+    ids, make each task exactly once."""
+    offers = [Offer("x" * 4000, 60, id=f"big-{i}") for i in range(4000)]
+    with DelayQueue("bigwrite", own_server7.url, prefix=prefix, reconnect_timeout=0.5) as q:
+        q.offer("warm-up", 60)  # connected, the offer script loaded
+        freeze(own_server7)
+        started = time.monotonic()
+        try:
+            with pytest.raises(RedisUnavailable):
+                q.offer_many(offers)
+        finally:
+            elapsed = time.monotonic() - started
+            thaw(own_server7)
+        assert elapsed < 5.0, f"offer_many blocked {elapsed:.1f}s against a frozen server"
+        ids = q.offer_many(offers)
+        assert sorted(ids) == sorted(o.id for o in offers)
+        stats = q.stats()
+        assert stats.delayed == len(offers) + 1
 
 
 # -- 3. lost wake-up messages -----------------------------------------------------------------
