@@ -10,6 +10,9 @@ record it). Rows, run interleaved for ``--repeat`` rounds (medians reported):
   rebuilt on redis-py (below); one ``BLPOP`` per task, no acks.
 - ``redisson-lean``: the same without Redisson's ordering list (so without the ``LREM`` per
   task): the bare "zset -> list -> BLPOP" layout, the faster of the two here.
+- ``async-redisson-lean``: the lean loop on ``redis.asyncio`` (the transfer an asyncio task
+  beside the ``BLPOP`` loop, in one event loop): the yardstick of the ``async-`` rows, which
+  pay asyncio's cost per round trip as it does.
 - ``take``: ``while True: task = q.take(); handle(task); task.ack()`` on a sync ``DelayQueue``.
 - ``poll``: the same with ``task = q.poll(timeout=1.0)`` (None: loop again).
 - ``async-take``, ``async-poll``: the same on an ``AsyncDelayQueue``.
@@ -22,9 +25,11 @@ Rate = tasks / (last handled - due instant). Redis commands per task are the ``I
 commandstats`` delta from just before the due instant to the consumer's exit (Lua's own calls
 included, ``INFO`` itself left out); Redis CPU is the ``INFO cpu`` delta; client CPU is the
 consumer process's own (``time.process_time``, the transfer thread included for the Redisson
-rows, where Redisson does that work too). The bars, against the faster of the two Redisson
-rows measured in the same invocation: the at-most-once rows (the same guarantee) >= 1.0x,
-the acked rows (more guarantee per task) >= 0.85x. The idle row
+rows, where Redisson does that work too). The bars, against the faster of the two sync
+Redisson rows measured in the same invocation (for the ``async-`` rows, against
+``async-redisson-lean`` when it ran; their ratio to the sync yardstick is reported too): the
+at-most-once rows (the same guarantee) >= 1.0x, the acked rows (more guarantee per task)
+>= 0.85x. The idle row
 (``--idle-window``, 10 s; 0 skips it) runs every consumer at once, each on its own server,
 waiting on an empty queue, and counts Redis commands/s (bar: <= 2/s).
 
@@ -79,6 +84,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import redis.asyncio as aredis
 
 import delayq
 from delayq import AsyncDelayQueue, DelayQueue, Offer
@@ -91,10 +97,13 @@ QUEUE = "bench-consumer"
 BAR_RATIO = 0.85  # acked rows
 BAR_RATIO_AT_MOST_ONCE = 1.0
 BAR_IDLE_COMMANDS_PER_S = 2.0
-YARDSTICKS = ("redisson", "redisson-lean")
+YARDSTICKS = ("redisson", "redisson-lean")  # the sync rows'; the faster one is the bar's
+ASYNC_YARDSTICK = "async-redisson-lean"  # the async- rows' when it ran
+REDISSON_ROWS = (*YARDSTICKS, ASYNC_YARDSTICK)
 ROWS = (
     "redisson",
     "redisson-lean",
+    "async-redisson-lean",
     "take",
     "poll",
     "async-take",
@@ -278,6 +287,55 @@ class RedissonTransfer(threading.Thread):
                 return
 
 
+class AsyncRedissonTransfer:
+    """:class:`RedissonTransfer` as an asyncio task, for the ``async-redisson-lean`` row."""
+
+    def __init__(self, url: str, keys: RedissonKeys) -> None:
+        self.client = aredis.Redis.from_url(url)
+        self.keys = keys
+        self.script = self.client.register_script(TRANSFER_LUA)
+        self.subscribed = asyncio.Event()
+        self.stopping = asyncio.Event()
+        self.timer_ms: int | None = None
+
+    async def run(self) -> None:
+        pubsub = self.client.pubsub()
+        await pubsub.subscribe(self.keys.channel)
+        while not self.stopping.is_set():
+            wait_s = 0.5
+            if self.timer_ms is not None:
+                wait_s = min(wait_s, max(0.0, (self.timer_ms - now_ms()) / 1000))
+            message = await pubsub.get_message(timeout=wait_s)
+            if message is not None:
+                if message["type"] == "subscribe":
+                    await self.push()
+                    self.subscribed.set()
+                elif message["type"] == "message":
+                    await self.schedule(int(message["data"]))
+            if self.timer_ms is not None and now_ms() >= self.timer_ms:
+                self.timer_ms = None
+                await self.push()
+        await pubsub.aclose()
+        await self.client.aclose()
+
+    async def schedule(self, start_ms: int) -> None:
+        if start_ms - now_ms() > IMMEDIATE_MS:
+            self.timer_ms = start_ms
+        else:
+            self.timer_ms = None
+            await self.push()
+
+    async def push(self) -> None:
+        keys = [self.keys.destination, self.keys.timeout_set, self.keys.ordering]
+        while True:
+            head = await self.script(keys=keys, args=[now_ms(), TRANSFER_BATCH, "0"])
+            if head is None:
+                return
+            if int(head) - now_ms() > IMMEDIATE_MS:
+                self.timer_ms = int(head)
+                return
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -331,6 +389,27 @@ def consume_redisson(url: str, record: Record, ready: Any, ordered: bool) -> Non
         transfer.stopping.set()
         transfer.join(2)
         client.close()
+
+
+async def consume_redisson_async(url: str, record: Record, ready: Any) -> None:
+    keys = RedissonKeys.of(QUEUE)
+    transfer = AsyncRedissonTransfer(url, keys)
+    running = asyncio.create_task(transfer.run())
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(transfer.subscribed.wait(), 10)
+    client = aredis.Redis.from_url(url, socket_timeout=None)
+    await client.ping()
+    ready.set()
+    try:
+        while not record.done:
+            popped = await client.blpop([keys.destination], 0)
+            if popped is not None:
+                record.handle(json.loads(popped[1]))
+    finally:
+        transfer.stopping.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(running, 2)
+        await client.aclose()
 
 
 def at_most_once(row: str) -> bool:
@@ -427,6 +506,8 @@ def consumer_process(row: str, url: str, n: int, out: str, ready: Any) -> None:
     try:
         if row in YARDSTICKS:
             consume_redisson(url, record, Ready(), ordered=row == "redisson")
+        elif row == ASYNC_YARDSTICK:
+            asyncio.run(consume_redisson_async(url, record, Ready()))
         elif row.startswith("async-"):
             asyncio.run(consume_async(url, record, Ready(), row.removeprefix("async-")))
         else:
@@ -529,7 +610,7 @@ class LeadPlanner:
 
 
 def enqueue(row: str, url: str, n: int, due_ms: int) -> None:
-    if row in YARDSTICKS:
+    if row in REDISSON_ROWS:
         redisson_offer_all(url, RedissonKeys.of(QUEUE), due_ms, n, ordered=row == "redisson")
         return
     q: DelayQueue[Any] = DelayQueue(QUEUE, url)
@@ -547,7 +628,7 @@ def run_burst(row: str, url: str, sizes: Sizes, tmp: Path, lead: LeadPlanner) ->
     counters = Counters(url)
     try:
         consumer.wait_ready()
-        kind = "redisson" if row in YARDSTICKS else "delayq"
+        kind = "redisson" if row in REDISSON_ROWS else "delayq"
         started = time.time()
         due_ms = int((started + lead.lead_s(kind, n)) * 1000)
         due_s = due_ms / 1000
@@ -662,22 +743,31 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def verdicts(results: dict[str, Any]) -> dict[str, Any]:
-    """Each delayq row against the faster yardstick, and the idle bar."""
+    """Each delayq row against its yardstick (the faster sync Redisson row; for an ``async-``
+    row the asyncio one when it ran), and the idle bar."""
     medians = results["medians"]
-    rates = {y: medians[y].get("per_s") for y in YARDSTICKS if y in medians}
+    rates = {y: medians[y].get("per_s") for y in REDISSON_ROWS if y in medians}
     rates = {y: r for y, r in rates.items() if r}
-    if not rates:
+    sync = {y: r for y, r in rates.items() if y in YARDSTICKS}
+    if not sync:
         return {}
-    yardstick = max(rates, key=lambda y: rates[y])
+    yardstick = max(sync, key=lambda y: sync[y])
     out: dict[str, Any] = {"yardstick": yardstick, "yardstick_per_s": rates[yardstick], "rows": {}}
+    if ASYNC_YARDSTICK in rates:
+        out["async_yardstick_per_s"] = rates[ASYNC_YARDSTICK]
     for row, median in medians.items():
-        if row in YARDSTICKS:
+        if row in REDISSON_ROWS:
             continue
         rate = median.get("per_s")
-        ratio = round(rate / rates[yardstick], 3) if rate else None
+        own = (
+            ASYNC_YARDSTICK if row.startswith("async-") and ASYNC_YARDSTICK in rates else yardstick
+        )
+        ratio = round(rate / rates[own], 3) if rate else None
         bar = BAR_RATIO_AT_MOST_ONCE if at_most_once(row) else BAR_RATIO
         entry: dict[str, Any] = {
+            "against": own,
             "ratio": ratio,
+            "ratio_to_sync": round(rate / rates[yardstick], 3) if rate else None,
             "bar": bar,
             "ratios": {y: round(rate / r, 3) if rate else None for y, r in rates.items()},
             "bar_met": ratio is not None
@@ -704,38 +794,42 @@ def table(results: dict[str, Any]) -> list[str]:
     """The results as a markdown table (also what the console shows)."""
     v = results.get("verdicts", {})
     head = (
-        "| row | tasks/s | vs yardstick | bar (acked ≥ 0.85×, amo ≥ 1.0×) | lost | dup "
-        "| first ms | Redis cmd/task "
+        "| row | tasks/s | vs its yardstick | vs the sync yardstick "
+        "| bar (acked ≥ 0.85×, amo ≥ 1.0×) | lost | dup | first ms | Redis cmd/task "
         "| Redis CPU µs/task | client CPU µs/task | idle cmd/s (≤ 2) |"
     )
-    lines = [head, "|" + "---|" * 11]
+    columns = head.count("|") - 1
+    lines = [head, "|" + "---|" * columns]
     for row, median in results["medians"].items():
         idle = results.get("idle", {}).get(row, {})
         idle_cell = _fmt(idle.get("commands_per_s"), 2)
         if "error" in idle:
             idle_cell += f" (error: {idle['error']})"
-        if row in YARDSTICKS:
+        if row in REDISSON_ROWS:
             rate, best = median.get("per_s"), v.get("yardstick_per_s")
-            ratio = f"{rate / best:.2f}×" if rate and best else "-"
-            ratio, bar = ("yardstick" if row == v.get("yardstick") else ratio), ""
+            to_sync = f"{rate / best:.2f}×" if rate and best else "-"
+            ratio = "yardstick" if row in (v.get("yardstick"), ASYNC_YARDSTICK) else to_sync
+            to_sync, bar = ("yardstick" if row == v.get("yardstick") else to_sync), ""
         else:
             entry = v.get("rows", {}).get(row, {})
             ratio = _fmt(entry.get("ratio"), 2) + "×" if entry.get("ratio") else "-"
+            to_sync = _fmt(entry.get("ratio_to_sync"), 2) + "×" if entry.get("ratio") else "-"
             bar = "-" if not entry else "met" if entry.get("bar_met") else "**missed**"
             if "idle_bar_met" in entry:
                 idle_cell += "" if entry["idle_bar_met"] else " **missed**"
         if "error" in median:
-            lines.append(f"| {row} | error: {median['error']} |" + " |" * 10)
+            lines.append(f"| {row} | error: {median['error']} |" + " |" * (columns - 2))
             continue
         lines.append(
-            f"| {row} | {_fmt(median.get('per_s'))} | {ratio} | {bar} | {_fmt(median.get('lost'))} "
+            f"| {row} | {_fmt(median.get('per_s'))} | {ratio} | {to_sync} | {bar} "
+            f"| {_fmt(median.get('lost'))} "
             f"| {_fmt(median.get('duplicated'))} | {_fmt(median.get('first_ms'), 1)} "
             f"| {_fmt(median.get('redis_commands_per_task'), 2)} "
             f"| {_fmt(median.get('redis_cpu_us_per_task'), 1)} "
             f"| {_fmt(median.get('client_cpu_us_per_task'), 1)} | {idle_cell} |"
         )
     for row, note in results.get("skipped", {}).items():
-        lines.append(f"| {row} | skipped: {note} |" + " |" * 10)
+        lines.append(f"| {row} | skipped: {note} |" + " |" * (columns - 2))
     return lines
 
 
@@ -768,9 +862,11 @@ def markdown(results: dict[str, Any]) -> str:
             "",
             *table(results),
             "",
-            "Rate = tasks / (last handled − due instant). Ratios are against the faster Redisson"
-            " row of the same invocation. Redis commands include the calls made inside Lua"
-            " scripts (`INFO commandstats`).",
+            "Rate = tasks / (last handled − due instant). Ratios are against the faster sync"
+            " Redisson row of the same invocation (the sync yardstick) and, for the `async-`"
+            " rows, against `async-redisson-lean` (its yardstick when it ran): the lean loop on"
+            " `redis.asyncio`, which pays asyncio's cost per round trip as they do. Redis"
+            " commands include the calls made inside Lua scripts (`INFO commandstats`).",
             "",
             "The `amo-` rows are the at-most-once queue (`ack=False`): `take()` fetches ahead"
             " what the loop hands out in about 10 ms (at most `fetch_ahead`, 8), in one round"

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from bench.consumer import ROWS, has_consume
+from bench.consumer import REDISSON_ROWS, ROWS, has_consume
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,6 +43,8 @@ def test_consumer_benchmark_smoke(tmp_path: Path) -> None:
         assert f"| {row} |" in done.stdout  # the printed table has a line per row
     verdicts = results["verdicts"]
     assert verdicts["yardstick"] in ("redisson", "redisson-lean")
-    assert set(verdicts["rows"]) == {row for row in expected if not row.startswith("redisson")}
+    assert set(verdicts["rows"]) == {row for row in expected if row not in REDISSON_ROWS}
+    assert verdicts["rows"]["async-take"]["against"] == "async-redisson-lean"
+    assert verdicts["rows"]["take"]["against"] == verdicts["yardstick"]
     page = (tmp_path / "docs" / "benchmarks-consumer.md").read_text()
     assert "| take |" in page and "yardstick" in page
