@@ -230,6 +230,7 @@ def check(
     deliveries: dict[str, list[Delivery]] = defaultdict(list)
     by_token: dict[tuple[str, str], Delivery] = {}
     cancel_oks: list[tuple[str, float]] = []
+    cancels: dict[str, tuple[float, float, bool]] = {}  # id -> its cancel call: invoke, ok, durable
     commits: dict[str, bool] = {}
     final: dict[str, str] = {}
     clock_samples = []
@@ -278,6 +279,7 @@ def check(
                     unknown_offers.add(task_id)
         elif e.f == "cancel" and start is not None and e.type == OK and v.get("cancelled"):
             cancel_oks.append((start.value["id"], e.t))
+            cancels[start.value["id"]] = (start.t, e.t, bool(start.value.get("durable")))
             if start.value["id"] in offered:
                 offered[start.value["id"]].cancelled = e.t
                 _ended(offered[start.value["id"]], start.t)
@@ -332,11 +334,21 @@ def check(
             if task_id in cancelled_at:
                 cancel_upper = clock.upper_ms(cancelled_at[task_id])
                 if cancel_upper is not None and d.delivered_ms > cancel_upper:
+                    # A cancel not made durable may die with the master that took it, as an
+                    # offer may; a durable one only in a failover during the call itself.
+                    invoked, ok, durable = cancels[task_id]
+                    if durable:
+                        during = [
+                            w for w in windows if w.fault in FAILOVERS and w.covers(invoked, ok)
+                        ]
+                        cause = f"{during[0].fault} during the cancel (durable)" if during else None
+                    else:
+                        cause = explain(cancelled_at[task_id], d.seen)
                     anomalies.append(Anomaly(
                         "after-cancel", task_id,
                         f"delivered to {d.process} {d.delivered_ms - cancel_upper:.0f} ms after a "
-                        "cancel returned True", d.seen,
-                        explain(cancelled_at[task_id], d.seen),
+                        f"{'durable' if durable else 'non-durable'} cancel returned True", d.seen,
+                        cause,
                     ))  # fmt: skip
         for life in _incarnations(ds):
             _check_leases(task_id, life, anomalies, explain)

@@ -82,10 +82,14 @@ def produce(args: argparse.Namespace, rec: Recorder, stop: Stop) -> None:
         number += 1
         roll = rnd.random()
         try:
-            if roll < 0.08 and recent:
-                _cancel(plain, rec, rnd.choice(recent))
-            elif roll < 0.16 and recent:
-                _reschedule(plain, rec, rnd.choice(recent), rnd.uniform(0.2, 3.0))
+            if roll < 0.16 and recent:
+                # Cancels and reschedules wait for the replicas as often as offers do.
+                use_durable = durability is not None and rnd.random() < args.durable_fraction
+                queue = durable if use_durable else plain
+                if roll < 0.08:
+                    _cancel(queue, rec, rnd.choice(recent), use_durable)
+                else:
+                    _reschedule(queue, rec, rnd.choice(recent), rnd.uniform(0.2, 3.0), use_durable)
             else:
                 keyed = roll > 0.85
                 use_durable = durability is not None and rnd.random() < args.durable_fraction
@@ -129,13 +133,17 @@ def _offer(
     return False
 
 
-def _cancel(queue: DelayQueue, rec: Recorder, task_id: str) -> None:
-    with rec.operation("cancel", id=task_id) as out:
+def _cancel(queue: DelayQueue, rec: Recorder, task_id: str, durable: bool) -> None:
+    with rec.operation("cancel", id=task_id, durable=durable) as out:
         out["cancelled"] = queue.cancel(task_id)
 
 
-def _reschedule(queue: DelayQueue, rec: Recorder, task_id: str, delay: float) -> None:
-    with rec.operation("reschedule", id=task_id, delay_ms=int(delay * 1000)) as out:
+def _reschedule(
+    queue: DelayQueue, rec: Recorder, task_id: str, delay: float, durable: bool
+) -> None:
+    with rec.operation(
+        "reschedule", id=task_id, delay_ms=int(delay * 1000), durable=durable
+    ) as out:
         out["moved"] = queue.reschedule(task_id, delay)
 
 

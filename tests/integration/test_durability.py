@@ -154,6 +154,59 @@ def test_a_stalled_replica_makes_the_offer_raise_not_durable_with_its_ids(
         assert q.stats().delayed == 4
 
 
+def test_cancels_and_reschedules_wait_for_the_replica(
+    pair: tuple[EmbeddedRedis, EmbeddedRedis], prefix: str
+) -> None:
+    """A cancel or a reschedule that changed a task returns once the replica has it: a
+    failover right after it cannot bring the cancelled task back (the order paid, its close
+    task run anyway)."""
+    master, replica = pair
+    durable = Durability(replicas=1, timeout=2.0)
+    with DelayQueue("durable-cancel", master.url, prefix=prefix, durability=durable) as q:
+        q.offer_many([Offer("close", 60, id="order-1"), Offer("close", 60, id="order-2")])
+        on_replica = redis.Redis(port=replica.port)
+        try:
+            assert q.cancel("order-1") is True
+            assert not on_replica.hexists(q.keys.key("tasks"), "order-1")  # already there
+            assert q.reschedule("order-2", 600) is True
+            due = on_replica.zscore(q.keys.key("delayed"), "order-2")
+            assert due is not None and due == redis.Redis(port=master.port).zscore(
+                q.keys.key("delayed"), "order-2"
+            )
+        finally:
+            on_replica.close()
+
+
+def test_a_stalled_replica_makes_a_cancel_raise_not_durable(
+    pair: tuple[EmbeddedRedis, EmbeddedRedis], prefix: str
+) -> None:
+    """Unconfirmed, a cancel that removed its task raises NotDurable (the task is gone from
+    the master; a failover now could bring it back); one that found nothing to cancel, or a
+    reschedule that moved nothing, wrote nothing that matters and returns False."""
+    master, replica = pair
+    durable = Durability(replicas=1, timeout=0.3)
+    with DelayQueue("stall-cancel", master.url, prefix=prefix) as plain:
+        plain.offer_many([Offer("close", 60, id="order-1"), Offer("close", 60, id="order-2")])
+    with DelayQueue("stall-cancel", master.url, prefix=prefix, durability=durable) as q:
+        assert replica._proc is not None
+        os.kill(replica._proc.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(NotDurable, match="cancelled but not confirmed") as caught:
+                q.cancel("order-1")
+            assert caught.value.task_ids == ["order-1"]
+            with pytest.raises(NotDurable, match="rescheduled but not confirmed"):
+                q.reschedule("order-2", 600)
+            started = time.monotonic()
+            assert q.cancel("no-such-order") is False
+            assert q.reschedule("no-such-order", 5) is False
+            assert time.monotonic() - started < 2  # each waited, neither raised
+        finally:
+            os.kill(replica._proc.pid, signal.SIGCONT)
+        assert q.get("order-1") is None  # the cancel stands on the master
+        info = q.get("order-2")
+        assert info is not None and info.due_at.timestamp() > time.time() + 500
+
+
 def test_on_shortfall_warn_logs_and_returns(
     pair: tuple[EmbeddedRedis, EmbeddedRedis], prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -218,6 +218,34 @@ def test_a_delivery_after_a_successful_cancel_is_found() -> None:
     assert [a.kind for a in h.check().unexplained()] == ["after-cancel"]
 
 
+def test_a_failover_explains_a_delivery_after_a_non_durable_cancel_only() -> None:
+    """A cancel only the old master had dies in the failover after it (as a non-durable
+    offer may): explained, and counted. A durable cancel has no such excuse: only a failover
+    during the call itself explains the task coming back."""
+    h = H()
+    h.clock(20)
+    for task, durable in (("plain", False), ("durable", True)):
+        due = h.offer("producer", task, 1, 3.0)
+        h.op("producer", "cancel", 1.5, 1.501, inv={"id": task, "durable": durable},
+             cancelled=True)  # fmt: skip
+        h.deliver("take-1", task, 6.0, due, attempts=2)
+    h.fault("failover-observed", "redis", 2.0, 5.0)
+    h.final(19)
+    report = h.check()
+    assert report.count("after-cancel") == 2
+    [unexplained] = report.unexplained()
+    assert unexplained.task == "durable" and "durable cancel" in unexplained.detail
+    h = H()
+    h.clock(20)
+    due = h.offer("producer", "durable", 1, 3.0)
+    h.op("producer", "cancel", 1.5, 2.5, inv={"id": "durable", "durable": True}, cancelled=True)
+    h.deliver("take-1", "durable", 6.0, due, attempts=2)
+    h.fault("failover-observed", "redis", 2.0, 5.0)  # during the cancel's WAIT
+    h.final(19)
+    [explained] = h.check().anomalies
+    assert explained.explained == "failover-observed during the cancel (durable)"
+
+
 def test_a_cancelled_task_is_not_lost() -> None:
     h = H()
     h.clock(10)

@@ -15,15 +15,17 @@ Shortfall = Literal["raise", "warn"]
 
 @dataclass(frozen=True, slots=True)
 class Durability:
-    """How many copies of a write must exist before an offer returns.
+    """How many copies of a write must exist before an offer, a cancel or a reschedule
+    returns.
 
-    After each offer (single and bulk; and after each ack with ``after_ack=True``) the queue
-    sends ``WAIT replicas timeout`` on the connection that made the write, or, with
-    ``aof=True``, ``WAITAOF 1 replicas timeout`` (Redis 7.2+ and Valkey 8: the master's and
-    the replicas' append-only files fsynced). When fewer copies confirm within ``timeout``
-    (seconds or a timedelta, at most 60 s), the offer raises :class:`~delayq.NotDurable`
-    (``on_shortfall="raise"``) or logs a warning (``"warn"``). The write itself stands
-    either way: offering the same id again is safe.
+    After each offer (single and bulk), each cancel or reschedule that changed a task (and
+    each ack with ``after_ack=True``) the queue sends ``WAIT replicas timeout`` on the
+    connection that made the write, or, with ``aof=True``, ``WAITAOF 1 replicas timeout``
+    (Redis 7.2+ and Valkey 8: the master's and the replicas' append-only files fsynced). When
+    fewer copies confirm within ``timeout`` (seconds or a timedelta, at most 60 s), the call
+    raises :class:`~delayq.NotDurable` (``on_shortfall="raise"``) or logs a warning
+    (``"warn"``). The write itself stands either way: offering the same id again is safe; a
+    cancel that raised did cancel on the master, and a failover may undo it (``get()`` tells).
 
     With ``after_fetch=True`` each fetch that leases tasks waits too, before it hands them
     out: a lease only the master has is lost in a failover, and the promoted replica hands

@@ -805,7 +805,9 @@ class DelayQueue(Generic[PayloadT]):
         return self._dedup if dedup is None else dedup_mode(dedup)
 
     def cancel(self, task_id: str) -> bool:
-        """Remove a task that is still waiting; True if it was delayed or ready and is gone."""
+        """Remove a task that is still waiting; True if it was delayed or ready and is gone.
+        With the queue's :class:`Durability`, a cancel that removed a task waits for its
+        copies as an offer does (:class:`NotDurable` when they do not confirm)."""
         task_id = protocol.check_id(task_id)
         for shard in (self._routes()).searched(task_id):
             if shard.cancel(task_id):
@@ -815,7 +817,8 @@ class DelayQueue(Generic[PayloadT]):
     def reschedule(
         self, task_id: str, delay: Duration | None = None, *, at: datetime | float | None = None
     ) -> bool:
-        """Move a waiting task's due time; True if it was waiting and now has the new time."""
+        """Move a waiting task's due time; True if it was waiting and now has the new time
+        (confirmed by the queue's :class:`Durability`, as a cancel)."""
         kind, value = due_spec(delay, at)
         task_id = protocol.check_id(task_id)
         for shard in (self._routes()).searched(task_id):

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -226,10 +226,13 @@ class Shard:
         task_ids: Sequence[str],
         *,
         keys: Sequence[str] | None = None,
+        what: str = "written",
+        changed: Callable[[list[Any]], bool] | None = None,
     ) -> list[Any]:
         """Run a writing script once per argument list, in order, on one connection; with a
         :class:`Durability`, followed on that connection by its WAIT, and a shortfall raised
-        as :class:`NotDurable` (or logged). Resending is safe as in :meth:`run`."""
+        as :class:`NotDurable` (or logged), unless ``changed(replies)`` says the scripts
+        changed nothing (a cancel that found no task). Resending is safe as in :meth:`run`."""
         durability = self._settings.durability
         tail = durability.commands() if durability is not None else ()
         try:
@@ -240,9 +243,9 @@ class Shard:
             return replies
         scripts = replies[: len(arg_lists)]
         short = durability.shortfall(replies[len(arg_lists) :])
-        if short is not None:
+        if short is not None and (changed is None or changed(scripts)):
             message = (
-                f"queue {self._settings.name!r}: {len(task_ids)} task(s) written but not "
+                f"queue {self._settings.name!r}: {len(task_ids)} task(s) {what} but not "
                 f"confirmed within {durability.timeout_s:g} s: {short}"
             )
             if durability.on_shortfall == "raise":
@@ -309,20 +312,26 @@ class Shard:
         return bool(self._runner.command("HEXISTS", self.keys.key("keys"), key))
 
     def cancel(self, task_id: str) -> bool:
+        """Cancel a waiting task; with a :class:`Durability`, a cancel that removed it waits
+        for its copies as an offer does (a cancel only the old master had is undone by a
+        failover, and the task runs)."""
         receipt = self.keys.receipt("cancel", protocol.new_nonce())
-        reply = self.run(
-            Op.CANCEL, [self._settings.receipt_ms, task_id], keys=(*self._key_list, receipt)
-        )
+        (reply,) = self.write(
+            Op.CANCEL, [[self._settings.receipt_ms, task_id]], [task_id],
+            keys=(*self._key_list, receipt), what="cancelled",
+            changed=lambda replies: protocol.parse_cancel(replies[0])[0],
+        )  # fmt: skip
         (cancelled,) = protocol.parse_cancel(reply)
         return cancelled
 
     def reschedule(self, task_id: str, kind: str, value: Any) -> bool:
+        """Move a waiting task's due time; waits for a :class:`Durability` as :meth:`cancel`."""
         receipt = self.keys.receipt("reschedule", protocol.new_nonce())
-        reply = self.run(
-            Op.RESCHEDULE,
-            [self._settings.receipt_ms, task_id, kind, value],
-            keys=(*self._key_list, receipt),
-        )
+        (reply,) = self.write(
+            Op.RESCHEDULE, [[self._settings.receipt_ms, task_id, kind, value]], [task_id],
+            keys=(*self._key_list, receipt), what="rescheduled",
+            changed=lambda replies: protocol.parse_reschedule(replies[0]).moved,
+        )  # fmt: skip
         return protocol.parse_reschedule(reply).moved
 
     # -- reading ----------------------------------------------------------------------------
