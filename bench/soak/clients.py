@@ -83,12 +83,14 @@ def produce(args: argparse.Namespace, rec: Recorder, stop: Stop) -> None:
         roll = rnd.random()
         try:
             if roll < 0.16 and recent:
-                # Cancels and reschedules wait for the replicas as often as offers do.
+                # Every cancel waits for the replicas where offers can: a cancel that returned
+                # True must hold (the bar). Reschedules wait as often as offers do.
                 use_durable = durability is not None and rnd.random() < args.durable_fraction
-                queue = durable if use_durable else plain
                 if roll < 0.08:
-                    _cancel(queue, rec, rnd.choice(recent), use_durable)
+                    queue = durable if durability is not None else plain
+                    _cancel(queue, rec, rnd.choice(recent), durability is not None)
                 else:
+                    queue = durable if use_durable else plain
                     _reschedule(queue, rec, rnd.choice(recent), rnd.uniform(0.2, 3.0), use_durable)
             else:
                 keyed = roll > 0.85
