@@ -151,7 +151,9 @@ def test_an_empty_master_is_reattached_to_a_master_without_replica(
     """A replica turned into a master without slots (CLUSTER RESET, as a master does that
     comes back to find its slots taken while replica migration is off) leaves its master
     without a replica; reattach_empty_masters() makes it that master's replica again."""
-    master = cluster.masters()[0]
+    # Waited for, with a diagnosis if it never comes: once, under a loaded CI machine, the
+    # first live node's view listed no master with slots here.
+    master = wait_for(cluster.masters, 30, "a master in the cluster's view", cluster.diagnose)[0]
     replica = cluster.replicas_of(master)[0]
     replica.command("CLUSTER", "RESET", "SOFT")
     replica.command("CLUSTER", "MEET", "127.0.0.1", master.port)
