@@ -164,3 +164,37 @@ def test_a_dead_rows_log_line_is_truncated() -> None:
     line = truncated("x" * 5_000_000 + "\x1b[2J")
     assert len(line) < 600 and line.endswith("(5000004 characters)")
     assert "\x1b" not in truncated("a\x1b[2Jb")
+
+
+def test_metrics_of_a_queue_whose_rows_were_all_relayed_read_zero(
+    outbox: Outbox, pg_dsn: str, table: str, redis_url: str
+) -> None:
+    """A relayed-out queue's series reads 0 rather than vanishing (a gap in its graph, an
+    alert on it that neither fires nor resolves); the bound still holds."""
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from delayq.outbox import OutboxCollector, Relay
+
+    registry = prometheus_client.CollectorRegistry(auto_describe=False)
+    registry.register(OutboxCollector(outbox, max_queues=2))
+
+    def series() -> dict[str, float]:
+        body = prometheus_client.generate_latest(registry).decode()
+        return {
+            line.split('queue="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+            for line in body.splitlines()
+            if line.startswith("delayq_outbox_pending{")
+        }
+
+    def offer(queue: str, n: int) -> None:
+        with psycopg.connect(pg_dsn) as conn, conn.transaction():
+            for _ in range(n):
+                outbox.offer(conn, queue, {"q": queue}, 60)
+
+    offer("q0", 1)
+    assert series() == {"q0": 1.0}
+    assert Relay(pg_dsn, redis_url, table=table).relay_pending() == 1
+    assert series() == {"q0": 0.0}
+    offer("q1", 1)
+    assert series() == {"q0": 0.0, "q1": 1.0}
+    offer("q2", 2)  # two queues with rows fill the bound: the emptied one gives way
+    assert series() == {"q1": 1.0, "q2": 2.0}

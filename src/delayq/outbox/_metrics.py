@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..metrics._serve import MetricsServer
     from ._relay import RelayStats
     from ._sync.outbox import Outbox
+    from ._values import QueueBacklog
 
 log = logging.getLogger("delayq.outbox")
 
@@ -48,6 +49,23 @@ class OutboxCollector:
         self._outbox = outbox
         self._stats = stats
         self._max_queues = max_queues
+        # Queues given series of their own, in order: one whose rows were all relayed reads 0
+        # instead of vanishing (a series that vanishes is a gap in a graph, and an alert on
+        # it neither fires nor resolves).
+        self._shown: dict[tuple[str, str], None] = {}
+
+    def _emptied(
+        self, own: list[QueueBacklog], rest: list[QueueBacklog], read: bool
+    ) -> list[tuple[str, str]]:
+        """The queues shown before that hold no rows now, as many as fit beside ``own``
+        under the bound (the oldest are forgotten first)."""
+        if not read:  # the table could not be read: no figure rather than a false 0
+            return []
+        present = {(q.prefix, q.queue) for q in (*own, *rest)}
+        emptied = [labels for labels in self._shown if labels not in present]
+        emptied = emptied[max(0, len(emptied) - (self._max_queues - len(own))) :]
+        self._shown = dict.fromkeys([*emptied, *((q.prefix, q.queue) for q in own)])
+        return emptied
 
     def collect(self) -> Iterator[Any]:
         require_prometheus()
@@ -79,12 +97,15 @@ class OutboxCollector:
             key=lambda q: q.pending + q.dead + q.missed,
             reverse=True,
         )
-        for q in queues[: self._max_queues]:
+        own, rest = queues[: self._max_queues], queues[self._max_queues :]
+        for q in own:
             pending.add_metric([q.prefix, q.queue], q.pending)
             dead.add_metric([q.prefix, q.queue], q.dead)
             lag.add_metric([q.prefix, q.queue], q.oldest_pending_age or 0.0)
             missed.add_metric([q.prefix, q.queue], q.missed)
-        rest = queues[self._max_queues :]
+        for prefix, queue in self._emptied(own, rest, status is not None):
+            for family in (pending, dead, lag, missed):
+                family.add_metric([prefix, queue], 0.0)
         if rest:
             other = ["", OTHER]
             pending.add_metric(other, sum(q.pending for q in rest))
