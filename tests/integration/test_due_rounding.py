@@ -22,7 +22,9 @@ def test_delays_count_from_the_next_whole_millisecond(make_queue, client) -> Non
             before_us = _server_us(client)
             info = q.get(offer())
             assert info is not None and info.due_at is not None
-            assert info.due_at.timestamp() * 1_000_000 >= before_us + 50_000
+            due_us = round(info.due_at.timestamp() * 1_000_000)
+            # once under a loaded CI run (Valkey 8), untraced: say by how much
+            assert due_us >= before_us + 50_000, (due_us - before_us, info)
             q.purge(["delayed"])
 
 
