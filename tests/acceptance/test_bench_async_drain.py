@@ -3,24 +3,13 @@ measure of docs/benchmarks-core.md cannot rot)."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.acceptance.bench_run import run_bench
 
 
 def test_async_drain_benchmark_runs_at_tiny_size() -> None:
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONPATH": path}
-    env.pop("REDIS_URL", None)  # the embedded server, never the machine's Redis
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.async_drain", "500"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_bench("async_drain", "500", timeout=120)
     figures = re.fullmatch(
         r"(\d+) tasks/s, µs/task: redis ([\d.]+), client ([\d.]+)\n", done.stdout
     )

@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.acceptance.bench_run import run_bench
 
 
 @pytest.mark.slow
 def test_limits_benchmark_runs_at_tiny_size() -> None:
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONPATH": path}
-    env.pop("REDIS_URL", None)  # the embedded server, never the machine's Redis
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.limits", "--quick"], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_bench("limits", "--quick", timeout=240)
     result = json.loads(done.stdout)
     for run in ("unthrottled", "rate"):
         assert result[run]["lost"] == 0 and result[run]["twice"] == 0, result
