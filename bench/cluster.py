@@ -344,6 +344,18 @@ def _offer_rates(url: str, name: str, durability: Durability | None, s: Sizes) -
     return {"one_by_one_per_s": one, "bulk_per_s": bulk}
 
 
+def _wait_caught_up(master_port: int, replica_port: int, timeout: float = 15.0) -> None:
+    with redis.Redis(port=master_port) as m, redis.Redis(port=replica_port) as rep:
+        deadline = time.monotonic() + timeout
+        while True:
+            wrote = m.info("replication")["master_repl_offset"]
+            if rep.info("replication")["slave_repl_offset"] >= wrote:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the replica did not catch up in {timeout:g} s")
+            time.sleep(0.01)
+
+
 def bench_durable(binary: str, s: Sizes) -> dict[str, Any]:
     master = EmbeddedRedis(binary).start()
     replica = EmbeddedRedis(binary, extra_args=["--replicaof", "127.0.0.1", str(master.port)])
@@ -361,6 +373,9 @@ def bench_durable(binary: str, s: Sizes) -> dict[str, Any]:
             for mode in ("plain", "durable") if r % 2 == 0 else ("durable", "plain"):
                 durability = Durability(replicas=1, timeout=1.0) if mode == "durable" else None
                 runs[mode].append(_offer_rates(master.url, f"dur-{mode}-{r}", durability, s))
+                # Each round starts with the replica caught up, so that its first durable
+                # offers do not wait for the replication of the round before.
+                _wait_caught_up(master.port, replica.port)
         with redis.Redis(port=master.port) as m, redis.Redis(port=replica.port) as rep:
             deadline = time.monotonic() + 10
             while rep.dbsize() != m.dbsize() and time.monotonic() < deadline:
