@@ -4,7 +4,9 @@ Properties (issue #21), each found as a list of :class:`Anomaly`:
 
 - ``lost``: an acknowledged offer (``ok``, outcome created or replaced), not cancelled, that
   was never settled (acked, handled by a worker and gone, or dead-lettered) and is gone at the
-  end. ``stuck``: the same, but still in the queue after the drain.
+  end. A cancel whose outcome is unknown (it raised ``NotDurable``: the master took it, the
+  replicas did not confirm in time; or its connection failed) may have taken effect, so the
+  task being gone is no loss. ``stuck``: the same, but still in the queue after the drain.
 - ``early``: a delivery before the task's due time by the server's clock. The server's time
   at a delivery is bounded from above by the clock samples (``clock`` events: the harness
   reads Redis's ``TIME`` every ~100 ms) over the span in which the fetch can have happened
@@ -231,6 +233,7 @@ def check(
     by_token: dict[tuple[str, str], Delivery] = {}
     cancel_oks: list[tuple[str, float]] = []
     cancels: dict[str, tuple[float, float, bool]] = {}  # id -> its cancel call: invoke, ok, durable
+    cancels_unknown: set[str] = set()  # ids of cancels that may or may not have happened
     commits: dict[str, bool] = {}
     final: dict[str, str] = {}
     clock_samples = []
@@ -283,6 +286,8 @@ def check(
             if start.value["id"] in offered:
                 offered[start.value["id"]].cancelled = e.t
                 _ended(offered[start.value["id"]], start.t)
+        elif e.f == "cancel" and start is not None and e.type == UNKNOWN:
+            cancels_unknown.add(start.value["id"])
         elif e.f in ("fetch", "deliver") and e.type in (OK, INFO) and v.get("id"):
             d = Delivery(
                 v["id"], e.process, e.t, start.t if start is not None else None,
@@ -383,6 +388,9 @@ def check(
 
     # Offers: lost, stuck, the outbox's committed set, dedup keys.
     dead = sum(1 for s in final.values() if s == "dead")
+    # A cancel still running at the end of the history is as unknown as one that raised.
+    cancels_unknown.update(e.value["id"] for e in invokes.values() if e.f == "cancel")
+    gone_after_unknown_cancel = 0
     for task_id, o in offered.items():
         if o.cancelled is not None:
             continue
@@ -395,7 +403,9 @@ def check(
         if settled:
             continue
         state = final.get(task_id, "gone")
-        if state == "gone":
+        if state == "gone" and task_id in cancels_unknown:
+            gone_after_unknown_cancel += 1
+        elif state == "gone":
             kind = "outbox" if o.via == "outbox" else "lost"
             # A write that was not made durable may die with the server that took it: a
             # server fault after the offer explains the loss. A durable one has no excuse.
@@ -465,6 +475,8 @@ def check(
     counts = {
         "unknown_offers": len(unknown_offers),
         "cancelled": len(cancel_oks),
+        "cancels_unknown": len(cancels_unknown),
+        "gone_after_unknown_cancel": gone_after_unknown_cancel,
         "acks_failed": sum(1 for ds in deliveries.values() for d in ds if d.ack == FAIL),
         "redeliveries": sum(len(ds) - 1 for ds in deliveries.values()),
     }

@@ -255,6 +255,28 @@ def test_a_cancelled_task_is_not_lost() -> None:
     assert h.check().valid
 
 
+def test_a_task_gone_after_a_cancel_of_unknown_outcome_is_not_lost() -> None:
+    """A durable cancel that raised NotDurable was taken by the master and may hold (the 2-hour
+    Sentinel soak of 2026-12-06 counted 4 such tasks as lost durable offers); so may one still
+    running when the history ends. A cancel that returned False proves nothing was cancelled."""
+    h = H()
+    h.clock(10)
+    h.offer("producer", "raised", 1, 3.0, durable=True)
+    h.op("producer", "cancel", 1.5, 3.5, "unknown", inv={"id": "raised", "durable": True},
+         error="NotDurable: 1 task(s) cancelled but not confirmed within 2 s")  # fmt: skip
+    h.offer("producer", "running", 1, 3.0, durable=True)
+    h.events.append(Event("producer", "invoke", "cancel", 1.6, 999, {"id": "running"}))
+    h.offer("producer", "refused", 1, 3.0, durable=True)
+    h.op("producer", "cancel", 1.7, 1.701, inv={"id": "refused", "durable": True},
+         cancelled=False)  # fmt: skip
+    h.final(9.9)
+    report = h.check()
+    [lost] = report.unexplained("lost")
+    assert lost.task == "refused"
+    assert report.counts["cancels_unknown"] == 2
+    assert report.counts["gone_after_unknown_cancel"] == 2
+
+
 def test_two_live_tasks_of_one_dedup_key_are_found() -> None:
     h = H()
     h.clock(10)
