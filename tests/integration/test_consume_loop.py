@@ -603,3 +603,109 @@ async def _enumerate(items: Any) -> Any:
     async for item in items:
         yield n, item
         n += 1
+
+
+# -- consume() writes each ack and reads its reply on a later round trip ---------------------
+
+
+def _paused_writes(server: EmbeddedRedis, seconds: float) -> redis.Redis:
+    admin = redis.Redis.from_url(server.url)
+    admin.execute_command("CLIENT", "PAUSE", int(seconds * 1000), "WRITE")
+    return admin
+
+
+def test_consume_hands_out_the_next_task_without_waiting_for_the_ack_before(
+    own_server: EmbeddedRedis, prefix: str
+) -> None:
+    """With the next task fetched ahead, the ack of the one before is written and the loop
+    goes on: Redis runs the ack while the handler works. Writes paused for 3 s, the next task
+    still comes at once; every ack lands once the pause ends."""
+    q = DelayQueue("posted", own_server.url, prefix=prefix, visibility_timeout=60)
+    q.offer_many([(i, 0) for i in range(30)])
+    seen, paused_at, handed_in = [], None, None
+    with q.consume(timeout=10) as tasks:
+        for task in tasks:
+            seen.append(task.payload)
+            if paused_at is not None:
+                handed_in = time.monotonic() - paused_at
+                break
+            if q.stats().inflight >= 2:  # this task and one fetched ahead
+                admin = _paused_writes(own_server, 3.0)
+                paused_at = time.monotonic()
+    assert handed_in is not None, "no task was ever fetched ahead"
+    assert handed_in < 1.5, f"the next task waited {handed_in:.2f}s for the ack before it"
+    admin.execute_command("CLIENT", "UNPAUSE")
+    rest = [task.payload for task in q.consume(timeout=0.5)]
+    assert sorted(seen + rest) == list(range(30))
+    stats = q.stats()
+    assert (stats.counters["acked"], stats.inflight, stats.ready) == (30, 0, 0)
+    q.close()
+
+
+async def test_async_consume_hands_out_the_next_task_without_waiting_for_the_ack_before(
+    own_server: EmbeddedRedis, prefix: str
+) -> None:
+    q = AsyncDelayQueue("aposted", own_server.url, prefix=prefix, visibility_timeout=60)
+    await q.offer_many([(i, 0) for i in range(30)])
+    seen, paused_at, handed_in = [], None, None
+    async with q.consume(timeout=10) as tasks:
+        async for task in tasks:
+            seen.append(task.payload)
+            if paused_at is not None:
+                handed_in = time.monotonic() - paused_at
+                break
+            if (await q.stats()).inflight >= 2:
+                admin = _paused_writes(own_server, 3.0)
+                paused_at = time.monotonic()
+    assert handed_in is not None, "no task was ever fetched ahead"
+    assert handed_in < 1.5, f"the next task waited {handed_in:.2f}s for the ack before it"
+    admin.execute_command("CLIENT", "UNPAUSE")
+    async with q.consume(timeout=0.5) as tasks:
+        rest = [task.payload async for task in tasks]
+    assert sorted(seen + rest) == list(range(30))
+    stats = await q.stats()
+    assert (stats.counters["acked"], stats.inflight, stats.ready) == (30, 0, 0)
+    await q.close()
+
+
+def test_consume_resends_a_written_ack_whose_reply_was_lost(
+    make_queue: Callable[..., DelayQueue],
+    proxy: DropReplyProxy,
+    client: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The connection that carried a written ack is cut before its reply is read: the ack is
+    sent again and answered from its receipt. Each task acked once, none delivered again, no
+    lease reported lost."""
+    producer = make_queue("postlost")
+    q = make_queue("postlost", redis=proxy.url, visibility_timeout=60)
+    producer.offer_many([(i, 0) for i in range(5)])
+    seen = []
+    for task in q.consume(timeout=1):
+        seen.append(task.payload)
+        if len(seen) == 2:  # the next ack is written, its reply dropped and the line cut
+            proxy.arm(Op.ACK, client)
+    assert proxy.dropped.is_set()
+    assert sorted(seen) == list(range(5))
+    assert not [r for r in caplog.records if "was lost" in r.getMessage()]
+    stats = producer.stats()
+    assert (stats.counters["acked"], stats.inflight, stats.ready) == (5, 0, 0)
+
+
+def test_consume_warns_when_a_written_ack_finds_its_lease_lost(
+    make_queue: Callable[..., DelayQueue], caplog: pytest.LogCaptureFixture
+) -> None:
+    q = make_queue("postexp", visibility_timeout=1)
+    q.offer_many([(i, 0) for i in range(4)])
+    with q.consume(timeout=5) as tasks:
+        for n, task in enumerate(tasks):
+            if n == 2:  # fetched ahead: its lease ends while the loop holds it
+                expires = q.get(task.id).lease_expires_at
+                assert expires is not None
+                while datetime.now(UTC) <= expires:
+                    time.sleep(0.05)
+                lost = task.id
+            if n == 3:
+                break
+    warned = [r.getMessage() for r in caplog.records if "was lost" in r.getMessage()]
+    assert any(lost in message for message in warned), warned

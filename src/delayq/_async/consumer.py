@@ -17,6 +17,7 @@ from ..exceptions import LeaseLost
 
 if TYPE_CHECKING:
     from .queue import AsyncDelayQueue, AsyncTask
+    from .shard import AckPosted
 
 log = logging.getLogger("delayq")
 
@@ -28,6 +29,9 @@ class AsyncConsumer(Generic[PayloadT]):
         self._queue = queue
         self._timeout = timeout
         self._current: AsyncTask[PayloadT] | None = None
+        # Acks written and their replies not read yet (see _ack_in_loop): read once the loop
+        # makes a round trip anyway, so that Redis runs them while the loop goes on.
+        self._posted: list[tuple[AsyncTask[PayloadT], AckPosted]] = []
 
     def __aiter__(self) -> AsyncConsumer[PayloadT]:
         return self
@@ -62,11 +66,18 @@ class AsyncConsumer(Generic[PayloadT]):
         """Ack the task in hand (``error`` None), or fail it as a worker would."""
         task, self._current = self._current, None
         if task is None or task._settled:
+            await self._read_posted()
             return
         queue = self._queue
         try:
-            if error is None:
-                settled = await queue._ack_one(task, fetch_ahead=fetch_ahead)
+            if error is None and fetch_ahead:
+                acked = await queue._ack_in_loop(task)
+                if not isinstance(acked, bool):
+                    self._posted.append((task, acked))
+                    return
+                settled = acked
+            elif error is None:
+                settled = await queue._ack_one(task, fetch_ahead=False)
             elif not isinstance(error, Exception):
                 await queue.release(task)  # Ctrl-C, a cancellation: not the task's fault
                 settled = True
@@ -81,8 +92,19 @@ class AsyncConsumer(Generic[PayloadT]):
                 settled = True
         except LeaseLost:
             settled = False
-        if not settled:
+        await self._read_posted()  # their replies came before this call's (or they run again)
+        self._settled(task, settled)
+
+    async def _read_posted(self) -> None:
+        while self._posted:
+            task, ack = self._posted.pop(0)
+            self._settled(task, await ack.acked())
+
+    def _settled(self, task: AsyncTask[PayloadT], settled: bool) -> None:
+        if settled:
+            object.__setattr__(task, "_settled", True)
+        else:
             log.warning(
                 "delayq: lease on task %s of %s was lost before it was settled; it is or will "
-                "be delivered again", printable(task.id), queue.name,
+                "be delivered again", printable(task.id), self._queue.name,
             )  # fmt: skip

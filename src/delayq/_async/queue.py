@@ -77,7 +77,7 @@ from . import backend, runner
 from .consumer import AsyncConsumer
 from .limits import AsyncLimits
 from .schedules import AsyncSchedules
-from .shard import AsyncShard, ShardSettings, Watch
+from .shard import AckPosted, AsyncShard, ShardSettings, Watch
 
 log = logging.getLogger("delayq")
 
@@ -1228,6 +1228,18 @@ class AsyncDelayQueue(Generic[PayloadT]):
         if result.acked[0]:
             object.__setattr__(task, "_settled", True)
         return result.acked[0]
+
+    async def _ack_in_loop(self, task: AsyncTask) -> bool | AckPosted:
+        """consume()'s ack of the task it handed out last. When the next task is at hand
+        (fetched ahead), the ack is written without waiting for its reply (read on the loop's
+        next step): Redis runs it while the loop handles that task. Else as :meth:`ack`."""
+        after_ack = self._durability is not None and self._durability.after_ack
+        if task.lease_token is not None and task.queue is self and not after_ack:
+            shard = self._shard_of(task)
+            if self._watch(shard).ahead.tasks:
+                self._check_open()
+                return await shard.post_ack(task)
+        return await self._ack_one(task, fetch_ahead=True)
 
     async def ack_many(self, tasks: Sequence[AsyncTask]) -> list[bool]:
         """Ack many tasks in one round trip per Redis node, whatever their shards; False where

@@ -150,7 +150,22 @@ def _of_handle(conn: Runner, reconnect_s: float | None, wait_s: float) -> Runner
     return conn
 
 
+_UNREAD = object()  # a posted call's reply, not read yet
+_UNSENT = object()  # not written, or its connection lost before its reply was read
+
+
 @dataclass(eq=False)
+class Posted:
+    """A script call written on the runner's kept connection, its reply read later (see
+    :meth:`Runner.post`)."""
+
+    op: Op
+    keys: Sequence[str]
+    args: Sequence[Any]
+    reply: Any = _UNSENT
+
+
+@dataclass
 class _Outage:
     """Calls of a runner failing since ``began`` (monotonic), ``tries`` failed tries so far."""
 
@@ -197,6 +212,7 @@ class Runner:
         self._hold = backend.Hold()
         self._kept: Any = None
         self._kept_pid = 0
+        self._posted: list[Posted] = []  # written on the kept connection, replies unread
         self._slots: dict[int, tuple[str, int]] = {}  # cluster: slot -> node
         self._watch = (
             SentinelWatch(client, on_switch=lambda master: master_switched(client, master))
@@ -235,6 +251,7 @@ class Runner:
             await self._watch.close()
         if self.owned:  # no other runner shares its client, nor its subscriber
             await close_subscriber(self._client)
+        self._unsend_posted()
         conn, self._kept = self._kept, None
         if conn is not None and self._kept_pid == backend.process_id():
             await backend.disconnect(conn)
@@ -307,6 +324,54 @@ class Runner:
             for i, reply in zip(indexes, got, strict=True):
                 replies[i] = reply
         return replies
+
+    async def post(self, op: Op, keys: Sequence[str], args: Sequence[Any]) -> Posted:
+        """Write the script of ``op`` on the kept connection and return without waiting for
+        its reply, which :meth:`outcome` reads (a later call on that connection reads it
+        first: calls stay in order). Redis runs it while the caller goes on: a consumer loop
+        acks a task while it handles the next. For scripts that are safe to send again: one
+        that could not be written now, or whose reply was lost, :meth:`outcome` runs again
+        through :meth:`run` (as it does on a cluster, or while another call holds the
+        connection)."""
+        posted = Posted(op, keys, args)
+        if not self._direct or self._closed or not self._hold.take():
+            return posted
+        try:
+            conn = await self._kept_connection()
+            try:
+                await backend.ensure_connected(conn)
+                await backend.write(conn, [("EVALSHA", script(op).sha, len(keys), *keys, *args)])
+            except BaseException as exc:
+                self._unsend_posted()
+                await backend.disconnect(conn)
+                if not isinstance(exc, Exception):
+                    raise
+                return posted
+            posted.reply = _UNREAD
+            self._posted.append(posted)
+        finally:
+            self._hold.give()
+        return posted
+
+    async def outcome(self, posted: Posted, *, deadline: float | None = -1.0) -> Any:
+        """The reply of a :meth:`post`; the call run again through :meth:`run` if it was not
+        sent, its connection was lost, or Redis answered with an error (a script it no
+        longer has, a failover under way: :meth:`run` knows what each means)."""
+        if posted.reply is _UNREAD and self._hold.take():
+            try:
+                if posted in self._posted:
+                    await self._read_posted(self._kept, upto=posted)
+            except BaseException as exc:
+                self._unsend_posted()
+                await backend.disconnect(self._kept)
+                if not isinstance(exc, Exception):
+                    raise
+            finally:
+                self._hold.give()
+        reply = posted.reply
+        if reply is _UNREAD or reply is _UNSENT or isinstance(reply, ResponseError):
+            return await self.run(posted.op, posted.keys, posted.args, deadline=deadline)
+        return reply
 
     async def command(self, *args: Any, deadline: float | None = -1.0) -> Any:
         """A plain command (SADD, SMEMBERS, TIME, ...), routed by the client."""
@@ -411,19 +476,19 @@ class Runner:
         """Send on the kept connection, or on one from the pool while another call uses it."""
         kept = self._hold.take()
         try:
-            if not kept:
-                conn = await self._client.connection_pool.get_connection()
-            elif self._kept is None or self._kept_pid != backend.process_id():
-                # A first call, or the first in a forked child: the parent's is not ours.
-                conn = self._kept = await self._client.connection_pool.get_connection()
-                self._kept_pid = backend.process_id()
+            if kept:
+                conn = await self._kept_connection()
             else:
-                conn = self._kept
+                conn = await self._client.connection_pool.get_connection()
             try:
+                if kept and self._posted:
+                    await self._read_posted(conn)  # the calls posted before this one first
                 return await _send(conn, commands)
             except BaseException:
                 # A failed or cancelled call leaves a reply unread: never let the next call
                 # read it. The connection reconnects (a Sentinel one asks again) on next use.
+                if kept:
+                    self._unsend_posted()
                 await backend.disconnect(conn)
                 raise
             finally:
@@ -432,6 +497,34 @@ class Runner:
         finally:
             if kept:
                 self._hold.give()
+
+    async def _kept_connection(self) -> Any:
+        """The kept connection (the caller holds it)."""
+        if self._kept is None or self._kept_pid != backend.process_id():
+            # A first call, or the first in a forked child: the parent's is not ours.
+            self._posted.clear()
+            self._kept = await self._client.connection_pool.get_connection()
+            self._kept_pid = backend.process_id()
+        return self._kept
+
+    async def _read_posted(self, conn: Any, upto: Posted | None = None) -> None:
+        """Read the replies of the calls posted on the kept connection, in order, up to
+        ``upto`` (None: all)."""
+        while self._posted:
+            posted = self._posted[0]
+            try:
+                posted.reply = await conn.read_response()
+            except ResponseError as exc:
+                posted.reply = exc
+            del self._posted[0]
+            if posted is upto:
+                return
+
+    def _unsend_posted(self) -> None:
+        """The kept connection is lost: the replies of its posted calls with it."""
+        for posted in self._posted:
+            posted.reply = _UNSENT
+        self._posted.clear()
 
     async def _through_client(self, commands: Sequence[Command]) -> list[Any]:
         """A client passed in: its own methods, so that its hooks see every call."""

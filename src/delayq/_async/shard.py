@@ -577,6 +577,12 @@ class AsyncShard:
             acked += protocol.parse_ack(reply)
         return acked
 
+    async def post_ack(self, task: Any) -> AckPosted:
+        """Ack a leased task without waiting: the ack is written now (Redis runs it while the
+        caller goes on) and its reply read by :meth:`AckPosted.acked`."""
+        ((keys, args),) = self.ack_calls([task])
+        return AckPosted(self, await self._runner.post(self.variant(Op.ACK), keys, args))
+
     async def give_back(
         self,
         policy: Policy,
@@ -595,3 +601,24 @@ class AsyncShard:
     async def extend(self, task_id: str, token: str, ms: int) -> int | None:
         """Keep a lease ``ms`` longer; the new expiry (epoch ms), None if it was lost."""
         return protocol.parse_extend(await self.run(Op.EXTEND, [task_id, token, ms]))
+
+
+@dataclass(frozen=True, slots=True)
+class AckPosted:
+    """An ack written by :meth:`AsyncShard.post_ack`, its reply not read yet."""
+
+    shard: AsyncShard
+    posted: runner.Posted
+
+    async def acked(self) -> bool:
+        """Whether the task was acked (False: its lease was lost). A plain ack that refused
+        (the queue uses a feature), or one that did not get through, runs again in full: the
+        ack's receipt makes a resend answer as the first one did."""
+        posted = self.posted
+        try:
+            reply = await self.shard._runner.outcome(posted)
+            if self.shard.refused(posted.op, [reply]):
+                reply = await self.shard._runner.run(Op.ACK, posted.keys, posted.args)
+        except (RedisUnavailable, ServerError) as exc:
+            raise type(exc)(f"queue {self.shard._settings.name!r}: {exc}") from exc
+        return protocol.parse_ack(reply)[0]

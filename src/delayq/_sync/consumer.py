@@ -18,6 +18,7 @@ from ..exceptions import LeaseLost
 
 if TYPE_CHECKING:
     from .queue import DelayQueue, Task
+    from .shard import AckPosted
 
 log = logging.getLogger("delayq")
 
@@ -29,6 +30,9 @@ class Consumer(Generic[PayloadT]):
         self._queue = queue
         self._timeout = timeout
         self._current: Task[PayloadT] | None = None
+        # Acks written and their replies not read yet (see _ack_in_loop): read once the loop
+        # makes a round trip anyway, so that Redis runs them while the loop goes on.
+        self._posted: list[tuple[Task[PayloadT], AckPosted]] = []
 
     def __iter__(self) -> Consumer[PayloadT]:
         return self
@@ -63,11 +67,18 @@ class Consumer(Generic[PayloadT]):
         """Ack the task in hand (``error`` None), or fail it as a worker would."""
         task, self._current = self._current, None
         if task is None or task._settled:
+            self._read_posted()
             return
         queue = self._queue
         try:
-            if error is None:
-                settled = queue._ack_one(task, fetch_ahead=fetch_ahead)
+            if error is None and fetch_ahead:
+                acked = queue._ack_in_loop(task)
+                if not isinstance(acked, bool):
+                    self._posted.append((task, acked))
+                    return
+                settled = acked
+            elif error is None:
+                settled = queue._ack_one(task, fetch_ahead=False)
             elif not isinstance(error, Exception):
                 queue.release(task)  # Ctrl-C, a cancellation: not the task's fault
                 settled = True
@@ -82,8 +93,19 @@ class Consumer(Generic[PayloadT]):
                 settled = True
         except LeaseLost:
             settled = False
-        if not settled:
+        self._read_posted()  # their replies came before this call's (or they run again)
+        self._settled(task, settled)
+
+    def _read_posted(self) -> None:
+        while self._posted:
+            task, ack = self._posted.pop(0)
+            self._settled(task, ack.acked())
+
+    def _settled(self, task: Task[PayloadT], settled: bool) -> None:
+        if settled:
+            object.__setattr__(task, "_settled", True)
+        else:
             log.warning(
                 "delayq: lease on task %s of %s was lost before it was settled; it is or will "
-                "be delivered again", printable(task.id), queue.name,
+                "be delivered again", printable(task.id), self._queue.name,
             )  # fmt: skip

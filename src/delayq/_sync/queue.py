@@ -78,7 +78,7 @@ from . import backend, runner
 from .consumer import Consumer
 from .limits import Limits
 from .schedules import Schedules
-from .shard import Shard, ShardSettings, Watch
+from .shard import AckPosted, Shard, ShardSettings, Watch
 
 log = logging.getLogger("delayq")
 
@@ -1223,6 +1223,18 @@ class DelayQueue(Generic[PayloadT]):
         if result.acked[0]:
             object.__setattr__(task, "_settled", True)
         return result.acked[0]
+
+    def _ack_in_loop(self, task: Task) -> bool | AckPosted:
+        """consume()'s ack of the task it handed out last. When the next task is at hand
+        (fetched ahead), the ack is written without waiting for its reply (read on the loop's
+        next step): Redis runs it while the loop handles that task. Else as :meth:`ack`."""
+        after_ack = self._durability is not None and self._durability.after_ack
+        if task.lease_token is not None and task.queue is self and not after_ack:
+            shard = self._shard_of(task)
+            if self._watch(shard).ahead.tasks:
+                self._check_open()
+                return shard.post_ack(task)
+        return self._ack_one(task, fetch_ahead=True)
 
     def ack_many(self, tasks: Sequence[Task]) -> list[bool]:
         """Ack many tasks in one round trip per Redis node, whatever their shards; False where

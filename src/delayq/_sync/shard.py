@@ -576,6 +576,12 @@ class Shard:
             acked += protocol.parse_ack(reply)
         return acked
 
+    def post_ack(self, task: Any) -> AckPosted:
+        """Ack a leased task without waiting: the ack is written now (Redis runs it while the
+        caller goes on) and its reply read by :meth:`AckPosted.acked`."""
+        ((keys, args),) = self.ack_calls([task])
+        return AckPosted(self, self._runner.post(self.variant(Op.ACK), keys, args))
+
     def give_back(
         self,
         policy: Policy,
@@ -594,3 +600,24 @@ class Shard:
     def extend(self, task_id: str, token: str, ms: int) -> int | None:
         """Keep a lease ``ms`` longer; the new expiry (epoch ms), None if it was lost."""
         return protocol.parse_extend(self.run(Op.EXTEND, [task_id, token, ms]))
+
+
+@dataclass(frozen=True, slots=True)
+class AckPosted:
+    """An ack written by :meth:`Shard.post_ack`, its reply not read yet."""
+
+    shard: Shard
+    posted: runner.Posted
+
+    def acked(self) -> bool:
+        """Whether the task was acked (False: its lease was lost). A plain ack that refused
+        (the queue uses a feature), or one that did not get through, runs again in full: the
+        ack's receipt makes a resend answer as the first one did."""
+        posted = self.posted
+        try:
+            reply = self.shard._runner.outcome(posted)
+            if self.shard.refused(posted.op, [reply]):
+                reply = self.shard._runner.run(Op.ACK, posted.keys, posted.args)
+        except (RedisUnavailable, ServerError) as exc:
+            raise type(exc)(f"queue {self.shard._settings.name!r}: {exc}") from exc
+        return protocol.parse_ack(reply)[0]
