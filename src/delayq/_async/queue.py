@@ -578,8 +578,9 @@ class AsyncDelayQueue(Generic[PayloadT]):
         hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
         log.warning(
             "delayq: queue %r is unknown to Redis (nothing was ever offered to it under "
-            "prefix %r): waiting for it.%s A new queue: create=True (delayq worker --create) "
-            "registers it.", self.name, self._keys.prefix, hint,
+            "prefix %r): waiting for it.%s A new queue: create=True registers it (delayq "
+            "worker --create; in Django, \"create\": True in its OPTIONS).",
+            self.name, self._keys.prefix, hint,
         )  # fmt: skip
 
     # -- producing --------------------------------------------------------------------------
