@@ -709,3 +709,21 @@ def test_consume_warns_when_a_written_ack_finds_its_lease_lost(
                 break
     warned = [r.getMessage() for r in caplog.records if "was lost" in r.getMessage()]
     assert any(lost in message for message in warned), warned
+
+
+def test_consume_resends_written_acks_that_met_a_script_flush(
+    make_queue: Callable[..., DelayQueue], client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Acks written after Redis lost its scripts come back NOSCRIPT: each is run again (the
+    script loaded first), once."""
+    q = make_queue("postflush", visibility_timeout=60)
+    q.offer_many([(i, 0) for i in range(40)])
+    seen = []
+    for task in q.consume(timeout=1):
+        seen.append(task.payload)
+        if len(seen) in (5, 20):
+            client.script_flush()
+    assert sorted(seen) == list(range(40))
+    assert not [r for r in caplog.records if "was lost" in r.getMessage()]
+    stats = q.stats()
+    assert (stats.counters["acked"], stats.inflight, stats.ready) == (40, 0, 0)
