@@ -166,7 +166,7 @@ class Posted:
     reply: Any = _UNSENT
 
 
-@dataclass
+@dataclass(eq=False)
 class _Outage:
     """Calls of a runner failing since ``began`` (monotonic), ``tries`` failed tries so far."""
 
