@@ -22,10 +22,12 @@ from delayq import (
     Offer,
 )
 from delayq._core import sharding
+from delayq._core.scripts import Op
 from delayq.embedded import EmbeddedRedis, valkey_server
 
 from ..conftest import BINARIES
 from ..helpers import wait_until
+from .test_review import DropReplyProxy
 
 
 def _replica_of(master: EmbeddedRedis, binary: str, *extra: str) -> EmbeddedRedis:
@@ -369,3 +371,48 @@ def test_a_worker_keeps_fetching_through_a_stalled_replica(
                 thread.join(10)
         info = q.stats()
         assert info.total == 0
+
+
+@pytest.fixture(scope="module", params=[b for _, b in BINARIES], ids=[n for n, _ in BINARIES])
+def any_pair(request: pytest.FixtureRequest) -> Iterator[tuple[EmbeddedRedis, EmbeddedRedis]]:
+    master = EmbeddedRedis(request.param).start()
+    replica = _replica_of(master, request.param)
+    yield master, replica
+    replica.stop()
+    master.stop()
+
+
+@pytest.mark.parametrize("op", ["offer", "cancel", "reschedule"])
+def test_a_durable_write_resent_on_a_new_connection_still_waits_for_its_copies(
+    any_pair: tuple[EmbeddedRedis, EmbeddedRedis], prefix: str, op: str
+) -> None:
+    """The reply of a durable write is lost (its connection cut) while the replica is
+    stalled. The resend, on a new connection, is answered from the first call's receipt (or
+    finds its offer there) and writes nothing; a WAIT covers only its own connection's
+    writes, so without a write of its own it confirmed the first one at once (Valkey 8): the
+    call returned as durable though no replica had it. It raises NotDurable."""
+    master, replica = any_pair
+    proxy = DropReplyProxy(master.port)
+    admin = redis.Redis(port=master.port)
+    with DelayQueue("resent", master.url, prefix=prefix) as plain:
+        plain.offer_many([Offer("close", 60, id="order-1")])
+    durable = Durability(replicas=1, timeout=0.5)
+    q = DelayQueue("resent", proxy.url, prefix=prefix, durability=durable)
+    q.stats()
+    assert replica._proc is not None
+    os.kill(replica._proc.pid, signal.SIGSTOP)
+    try:
+        proxy.arm({"offer": Op.OFFER, "cancel": Op.CANCEL, "reschedule": Op.RESCHEDULE}[op], admin)
+        with pytest.raises(NotDurable, match="0 of 1 replicas"):
+            if op == "offer":
+                q.offer("close", 60, id="order-2")
+            elif op == "cancel":
+                q.cancel("order-1")
+            else:
+                q.reschedule("order-1", 600)
+        assert proxy.dropped.is_set(), "the reply was not lost: the test tested nothing"
+    finally:
+        os.kill(replica._proc.pid, signal.SIGCONT)
+        q.close()
+        proxy.close()
+        admin.close()

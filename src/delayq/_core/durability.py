@@ -12,6 +12,9 @@ from .timing import Duration, setting_s
 
 Shortfall = Literal["raise", "warn"]
 
+# The durable-write mark (see Durability.commands) lives this long after the last such write.
+MARK_TTL_MS = 10_000
+
 
 @dataclass(frozen=True, slots=True)
 class Durability:
@@ -73,15 +76,22 @@ class Durability:
     def timeout_ms(self) -> int:
         return max(1, round(self.timeout_s * 1000))
 
-    def commands(self) -> tuple[tuple[Any, ...], ...]:
-        """The command that follows a write on its connection."""
+    def commands(self, mark: str) -> tuple[tuple[Any, ...], ...]:
+        """What follows a write on its connection: a write of the key ``mark`` (in the
+        write's slot), then the wait. ``WAIT`` and ``WAITAOF`` cover the writes made on their
+        own connection, and a script that changed nothing wrote none there: a call resent on
+        a new connection after a lost reply and answered from its receipt, an offer of an id
+        that exists. Their wait alone would confirm nothing of the first write (Valkey 8
+        answers it at once); after the mark it covers all that the master had taken."""
         if self.aof:
-            return (("WAITAOF", 1, self.replicas, self.timeout_ms),)
-        return (("WAIT", self.replicas, self.timeout_ms),)
+            wait: tuple[Any, ...] = ("WAITAOF", 1, self.replicas, self.timeout_ms)
+        else:
+            wait = ("WAIT", self.replicas, self.timeout_ms)
+        return ("SET", mark, "1", "PX", MARK_TTL_MS), wait
 
     def shortfall(self, replies: Sequence[Any]) -> str | None:
         """What the confirmations in ``replies`` (of :meth:`commands`) lack, or None."""
-        (reply,) = replies
+        reply = replies[-1]
         if self.aof:
             local, replicas = int(reply[0]), int(reply[1])
             missing = []

@@ -234,7 +234,7 @@ class Shard:
         as :class:`NotDurable` (or logged), unless ``changed(replies)`` says the scripts
         changed nothing (a cancel that found no task). Resending is safe as in :meth:`run`."""
         durability = self._settings.durability
-        tail = durability.commands() if durability is not None else ()
+        tail = durability.commands(self.keys.key("durable")) if durability is not None else ()
         try:
             replies = self.batch(op, keys or self._key_list, arg_lists, tail)
         except (RedisUnavailable, ServerError) as exc:
@@ -510,7 +510,11 @@ class Shard:
         not confirm is handed back before anyone runs it (see :class:`Durability`)."""
         try:
             reply, *waited = self.batch(
-                Op.FETCH, keys, [args], durability.commands(), deadline=deadline
+                Op.FETCH,
+                keys,
+                [args],
+                durability.commands(self.keys.key("durable")),
+                deadline=deadline,
             )
         except (RedisUnavailable, ServerError) as exc:
             raise type(exc)(f"queue {self._settings.name!r}: {exc}") from exc
