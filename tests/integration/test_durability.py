@@ -183,8 +183,10 @@ def test_a_stalled_replica_makes_a_cancel_raise_not_durable(
     pair: tuple[EmbeddedRedis, EmbeddedRedis], prefix: str
 ) -> None:
     """Unconfirmed, a cancel that removed its task raises NotDurable (the task is gone from
-    the master; a failover now could bring it back); one that found nothing to cancel, or a
-    reschedule that moved nothing, wrote nothing that matters and returns False."""
+    the master; a failover now could bring it back), and so does a cancel again: it finds
+    no task, but its False would say the replicas have none waiting either. A reschedule
+    that moved nothing returns False. Once the replica is back, cancelling again returns
+    False: the first cancel is confirmed, on the replica."""
     master, replica = pair
     durable = Durability(replicas=1, timeout=0.3)
     with DelayQueue("stall-cancel", master.url, prefix=prefix) as plain:
@@ -193,17 +195,22 @@ def test_a_stalled_replica_makes_a_cancel_raise_not_durable(
         assert replica._proc is not None
         os.kill(replica._proc.pid, signal.SIGSTOP)
         try:
-            with pytest.raises(NotDurable, match="cancelled but not confirmed") as caught:
+            with pytest.raises(NotDurable, match="cancelled .*but not confirmed") as caught:
                 q.cancel("order-1")
             assert caught.value.task_ids == ["order-1"]
             with pytest.raises(NotDurable, match="rescheduled but not confirmed"):
                 q.reschedule("order-2", 600)
+            with pytest.raises(NotDurable, match="not waiting"):
+                q.cancel("order-1")  # gone from the master: not yet known to the replica
             started = time.monotonic()
-            assert q.cancel("no-such-order") is False
             assert q.reschedule("no-such-order", 5) is False
-            assert time.monotonic() - started < 2  # each waited, neither raised
+            assert time.monotonic() - started < 2  # it waited for nothing
         finally:
             os.kill(replica._proc.pid, signal.SIGCONT)
+        assert q.cancel("order-1") is False  # confirmed: the replica has the first cancel
+        on_replica = redis.Redis(port=replica.port)
+        assert not on_replica.hexists(q.keys.key("tasks"), "order-1")
+        on_replica.close()
         assert q.get("order-1") is None  # the cancel stands on the master
         info = q.get("order-2")
         assert info is not None and info.due_at.timestamp() > time.time() + 500

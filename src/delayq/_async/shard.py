@@ -231,7 +231,7 @@ class AsyncShard:
         """Run a writing script once per argument list, in order, on one connection; with a
         :class:`Durability`, followed on that connection by its WAIT, and a shortfall raised
         as :class:`NotDurable` (or logged), unless ``changed(replies)`` says the scripts
-        changed nothing (a cancel that found no task). Resending is safe as in :meth:`run`."""
+        changed nothing (a reschedule that found no task). Resending is safe as in :meth:`run`."""
         durability = self._settings.durability
         tail = durability.commands(self.keys.key("durable")) if durability is not None else ()
         try:
@@ -311,14 +311,15 @@ class AsyncShard:
         return bool(await self._runner.command("HEXISTS", self.keys.key("keys"), key))
 
     async def cancel(self, task_id: str) -> bool:
-        """Cancel a waiting task; with a :class:`Durability`, a cancel that removed it waits
-        for its copies as an offer does (a cancel only the old master had is undone by a
-        failover, and the task runs)."""
+        """Cancel a waiting task; with a :class:`Durability`, the cancel waits for its copies as
+        an offer does (a cancel only the old master had is undone by a failover, and the task
+        runs). One that found no task waits too: its False then says the replicas have no
+        waiting task either, so cancelling again after :class:`NotDurable` confirms the
+        first cancel."""
         receipt = self.keys.receipt("cancel", protocol.new_nonce())
         (reply,) = await self.write(
             Op.CANCEL, [[self._settings.receipt_ms, task_id]], [task_id],
-            keys=(*self._key_list, receipt), what="cancelled",
-            changed=lambda replies: protocol.parse_cancel(replies[0])[0],
+            keys=(*self._key_list, receipt), what="cancelled (or found not waiting)",
         )  # fmt: skip
         (cancelled,) = protocol.parse_cancel(reply)
         return cancelled

@@ -21,7 +21,7 @@ class Durability:
     """How many copies of a write must exist before an offer, a cancel or a reschedule
     returns.
 
-    After each offer (single and bulk), each cancel or reschedule that changed a task (and
+    After each offer (single and bulk), each cancel, each reschedule that moved a task (and
     each ack with ``after_ack=True``) the queue sends ``WAIT replicas timeout`` on the
     connection that made the write, or, with ``aof=True``, ``WAITAOF 1 replicas timeout``
     (Redis 7.2+ and Valkey 8: the master's and the replicas' append-only files fsynced). When
