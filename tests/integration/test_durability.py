@@ -195,7 +195,7 @@ def test_a_stalled_replica_makes_a_cancel_raise_not_durable(
         assert replica._proc is not None
         os.kill(replica._proc.pid, signal.SIGSTOP)
         try:
-            with pytest.raises(NotDurable, match="cancelled .*but not confirmed") as caught:
+            with pytest.raises(NotDurable, match=r"cancelled .*but not confirmed") as caught:
                 q.cancel("order-1")
             assert caught.value.task_ids == ["order-1"]
             with pytest.raises(NotDurable, match="rescheduled but not confirmed"):
