@@ -389,7 +389,7 @@ def any_pair(request: pytest.FixtureRequest) -> Iterator[tuple[EmbeddedRedis, Em
     master.stop()
 
 
-@pytest.mark.parametrize("op", ["offer", "cancel", "reschedule"])
+@pytest.mark.parametrize("op", ["offer", "offer-drawn-id", "cancel", "reschedule"])
 def test_a_durable_write_resent_on_a_new_connection_still_waits_for_its_copies(
     any_pair: tuple[EmbeddedRedis, EmbeddedRedis], prefix: str, op: str
 ) -> None:
@@ -409,10 +409,13 @@ def test_a_durable_write_resent_on_a_new_connection_still_waits_for_its_copies(
     assert replica._proc is not None
     os.kill(replica._proc.pid, signal.SIGSTOP)
     try:
-        proxy.arm({"offer": Op.OFFER, "cancel": Op.CANCEL, "reschedule": Op.RESCHEDULE}[op], admin)
+        armed = {"offer": Op.OFFER, "offer-drawn-id": Op.OFFER_ONE, "cancel": Op.CANCEL}
+        proxy.arm(armed.get(op, Op.RESCHEDULE), admin)
         with pytest.raises(NotDurable, match="0 of 1 replicas"):
             if op == "offer":
                 q.offer("close", 60, id="order-2")
+            elif op == "offer-drawn-id":
+                q.offer("close", 60)
             elif op == "cancel":
                 q.cancel("order-1")
             else:
@@ -423,3 +426,27 @@ def test_a_durable_write_resent_on_a_new_connection_still_waits_for_its_copies(
         q.close()
         proxy.close()
         admin.close()
+
+
+def test_an_offer_of_an_id_another_connection_wrote_waits_for_its_copies(
+    any_pair: tuple[EmbeddedRedis, EmbeddedRedis], prefix: str
+) -> None:
+    """A producer that died after its offer (or whose offer raised NotDurable) offers the
+    same id again from a new process: the script finds the task and writes nothing, so its
+    WAIT alone confirmed nothing of the first write (Valkey 8: at once, with the replica
+    stalled). It raises NotDurable until the replica has the task, then confirms it."""
+    master, replica = any_pair
+    durable = Durability(replicas=1, timeout=0.5)
+    assert replica._proc is not None
+    os.kill(replica._proc.pid, signal.SIGSTOP)
+    try:
+        with DelayQueue("again", master.url, prefix=prefix) as first:
+            first.offer("close", 60, id="order-1")  # never confirmed
+        with DelayQueue("again", master.url, prefix=prefix, durability=durable) as q:
+            with pytest.raises(NotDurable, match="0 of 1 replicas"):
+                q.offer("close", 60, id="order-1")
+    finally:
+        os.kill(replica._proc.pid, signal.SIGCONT)
+    with DelayQueue("again", master.url, prefix=prefix, durability=durable) as q:
+        again = q.offer("close", 60, id="order-1")
+        assert again.outcome == "existing"

@@ -197,11 +197,17 @@ class AsyncShard:
     ) -> list[Any]:
         """The runner's batch of ``op``, plain first as :meth:`run`: a refused batch is sent
         again whole, full (what the plain calls did not refuse, a resend answers from its
-        receipt)."""
+        receipt). With a wait in ``tail``, a batch sent again marks first (see
+        :meth:`Durability.mark`)."""
+        again = (Durability.mark(self.keys.key("durable")),) if tail else ()
         sent = self.variant(op)
-        replies = await self._runner.batch(sent, keys, arg_lists, tail=tail, deadline=deadline)
+        replies = await self._runner.batch(
+            sent, keys, arg_lists, tail=tail, again=again, deadline=deadline
+        )
         if self.refused(sent, replies[: len(arg_lists)]):
-            replies = await self._runner.batch(op, keys, arg_lists, tail=tail, deadline=deadline)
+            replies = await self._runner.batch(
+                op, keys, arg_lists, tail=tail, again=again, deadline=deadline
+            )
         return replies
 
     def variant(self, op: Op) -> Op:
@@ -227,13 +233,21 @@ class AsyncShard:
         keys: Sequence[str] | None = None,
         what: str = "written",
         changed: Callable[[list[Any]], bool] | None = None,
+        marked: bool = False,
     ) -> list[Any]:
         """Run a writing script once per argument list, in order, on one connection; with a
         :class:`Durability`, followed on that connection by its WAIT, and a shortfall raised
         as :class:`NotDurable` (or logged), unless ``changed(replies)`` says the scripts
-        changed nothing (a reschedule that found no task). Resending is safe as in :meth:`run`."""
+        changed nothing (a reschedule that found no task). Resending is safe as in :meth:`run`.
+        ``marked``: the scripts may find their work done by an earlier call on another
+        connection and write nothing (an offer of an id or key that exists), so a mark goes
+        before the wait (see :meth:`Durability.mark`); a call sent again always marks."""
         durability = self._settings.durability
-        tail = durability.commands(self.keys.key("durable")) if durability is not None else ()
+        tail: tuple[Any, ...] = ()
+        if durability is not None:
+            tail = durability.commands()
+            if marked:
+                tail = (Durability.mark(self.keys.key("durable")), *tail)
         try:
             replies = await self.batch(op, keys or self._key_list, arg_lists, tail)
         except (RedisUnavailable, ServerError) as exc:
@@ -241,16 +255,23 @@ class AsyncShard:
         if durability is None:
             return replies
         scripts = replies[: len(arg_lists)]
-        short = durability.shortfall(replies[len(arg_lists) :])
-        if short is not None and (changed is None or changed(scripts)):
-            message = (
-                f"queue {self._settings.name!r}: {len(task_ids)} task(s) {what} but not "
-                f"confirmed within {durability.timeout_s:g} s: {short}"
-            )
-            if durability.on_shortfall == "raise":
-                raise NotDurable(message, [str(task_id) for task_id in task_ids])
-            log.warning("delayq: %s", message)
+        if changed is None or changed(scripts):
+            self._shortfall(durability, replies[len(arg_lists) :], task_ids, what)
         return scripts
+
+    def _shortfall(
+        self, durability: Durability, waited: Sequence[Any], task_ids: Sequence[str], what: str
+    ) -> None:
+        short = durability.shortfall(waited)
+        if short is None:
+            return
+        message = (
+            f"queue {self._settings.name!r}: {len(task_ids)} task(s) {what} but not "
+            f"confirmed within {durability.timeout_s:g} s: {short}"
+        )
+        if durability.on_shortfall == "raise":
+            raise NotDurable(message, [str(task_id) for task_id in task_ids])
+        log.warning("delayq: %s", message)
 
     # -- producing --------------------------------------------------------------------------
 
@@ -287,7 +308,9 @@ class AsyncShard:
         ]
         # In order, on one connection: a later task with the same key or id must lose.
         arg_lists = [protocol.offer_args(mode, chunk) for chunk in chunks]
-        replies = await self.write(Op.OFFER, arg_lists, [spec.id for spec in specs])
+        # An id or a key of the caller's may be found stored by an earlier call: see write().
+        marked = not all(drawn) or any(spec.options for spec in specs)
+        replies = await self.write(Op.OFFER, arg_lists, [spec.id for spec in specs], marked=marked)
         ids, statuses = task_ids_of(replies, specs, drawn)
         taken = []
         if protocol.ID_TAKEN in statuses:  # rare: skip the scan when nothing was taken
@@ -513,7 +536,7 @@ class AsyncShard:
                 Op.FETCH,
                 keys,
                 [args],
-                durability.commands(self.keys.key("durable")),
+                durability.commands(),
                 deadline=deadline,
             )
         except (RedisUnavailable, ServerError) as exc:

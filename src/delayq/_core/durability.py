@@ -76,18 +76,21 @@ class Durability:
     def timeout_ms(self) -> int:
         return max(1, round(self.timeout_s * 1000))
 
-    def commands(self, mark: str) -> tuple[tuple[Any, ...], ...]:
-        """What follows a write on its connection: a write of the key ``mark`` (in the
-        write's slot), then the wait. ``WAIT`` and ``WAITAOF`` cover the writes made on their
-        own connection, and a script that changed nothing wrote none there: a call resent on
-        a new connection after a lost reply and answered from its receipt, an offer of an id
-        that exists. Their wait alone would confirm nothing of the first write (Valkey 8
-        answers it at once); after the mark it covers all that the master had taken."""
+    def commands(self) -> tuple[tuple[Any, ...], ...]:
+        """The command that follows a write on its connection."""
         if self.aof:
-            wait: tuple[Any, ...] = ("WAITAOF", 1, self.replicas, self.timeout_ms)
-        else:
-            wait = ("WAIT", self.replicas, self.timeout_ms)
-        return ("SET", mark, "1", "PX", MARK_TTL_MS), wait
+            return (("WAITAOF", 1, self.replicas, self.timeout_ms),)
+        return (("WAIT", self.replicas, self.timeout_ms),)
+
+    @staticmethod
+    def mark(key: str) -> tuple[Any, ...]:
+        """A write of ``key`` (a short-lived key in the write's slot), sent before the wait
+        when the call may have written nothing on its connection. ``WAIT`` and ``WAITAOF``
+        cover the writes made on their own connection, and a call resent on a new connection
+        after a lost reply (answered from its receipt), or an offer of an id that exists,
+        writes none there: its wait alone would confirm nothing of the first write (Valkey 8
+        answers it at once). After the mark the wait covers all that the master had taken."""
+        return ("SET", key, "1", "PX", MARK_TTL_MS)
 
     def shortfall(self, replies: Sequence[Any]) -> str | None:
         """What the confirmations in ``replies`` (of :meth:`commands`) lack, or None."""

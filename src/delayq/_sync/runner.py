@@ -295,15 +295,24 @@ class Runner:
         arg_lists: Sequence[Sequence[Any]],
         *,
         tail: Sequence[Command] = (),
+        again: Sequence[Command] = (),
         deadline: float | None = -1.0,
     ) -> list[Any]:
         """Run the script of ``op`` once per argument list, in order, on one connection to the
         slot of ``keys``, then the ``tail`` commands (``WAIT``) on the same connection; the
-        replies, scripts' first."""
+        replies, scripts' first. A call sent again (its connection lost) sends ``again``
+        before the tail: its replies stand between the scripts' and the tail's."""
         sha = script(op).sha
-        commands = [("EVALSHA", sha, len(keys), *keys, *args) for args in arg_lists]
-        commands += tail
-        return list(self._retrying(lambda: self._exchange(op, keys[0], commands), deadline))
+        scripts = [("EVALSHA", sha, len(keys), *keys, *args) for args in arg_lists]
+        sends = 0
+
+        def attempt() -> list[Any]:
+            nonlocal sends
+            sends += 1
+            resent = again if sends > 1 else ()
+            return self._exchange(op, keys[0], [*scripts, *resent, *tail])
+
+        return list(self._retrying(attempt, deadline))
 
     def many(
         self, calls: Sequence[tuple[Op, Sequence[str], Sequence[Any]]], *, deadline: float = -1.0

@@ -111,6 +111,7 @@ class Receipts:
                 arg_lists,
                 [items[p].task_id for p in positions],
                 keys=(*shard.keys.all, _applied(shard)),
+                marked=True,  # a row applied before (a relay that died) writes nothing
             )
             for chunk, reply in zip(chunks, replies, strict=True):
                 for position, (_, status) in zip(chunk, protocol.parse_offer(reply), strict=True):
