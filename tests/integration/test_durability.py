@@ -442,9 +442,11 @@ def test_an_offer_of_an_id_another_connection_wrote_waits_for_its_copies(
     try:
         with DelayQueue("again", master.url, prefix=prefix) as first:
             first.offer("close", 60, id="order-1")  # never confirmed
-        with DelayQueue("again", master.url, prefix=prefix, durability=durable) as q:
-            with pytest.raises(NotDurable, match="0 of 1 replicas"):
-                q.offer("close", 60, id="order-1")
+        with (
+            DelayQueue("again", master.url, prefix=prefix, durability=durable) as q,
+            pytest.raises(NotDurable, match="0 of 1 replicas"),
+        ):
+            q.offer("close", 60, id="order-1")
     finally:
         os.kill(replica._proc.pid, signal.SIGCONT)
     with DelayQueue("again", master.url, prefix=prefix, durability=durable) as q:
