@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -22,7 +23,7 @@ import redis
 
 from delayq import AsyncDelayQueue, DelayQueue, LeaseLost, Reject, Retry
 from delayq._core.scripts import Op
-from delayq.embedded import EmbeddedRedis
+from delayq.embedded import EmbeddedCluster, EmbeddedRedis
 from tests.conftest import BINARIES
 from tests.helpers import wait_until
 
@@ -727,3 +728,114 @@ def test_consume_resends_written_acks_that_met_a_script_flush(
     assert not [r for r in caplog.records if "was lost" in r.getMessage()]
     stats = q.stats()
     assert (stats.counters["acked"], stats.inflight, stats.ready) == (40, 0, 0)
+
+
+def test_consume_rides_out_a_redis_restart_while_it_writes_acks(
+    own_server: EmbeddedRedis, prefix: str
+) -> None:
+    """Redis (AOF) is killed while the loop holds tasks fetched ahead, and comes back a
+    second later: the acks written meanwhile fail or are lost with it and the loop goes on
+    (no connection error reaches it); every task is handled, none lost."""
+    n = 60
+    url = own_server.url
+    producer = DelayQueue("prestart", url, prefix=prefix, visibility_timeout=2)
+    q = DelayQueue("prestart", url, prefix=prefix, visibility_timeout=2, reconnect_timeout=20)
+    restart = threading.Timer(1.0, own_server.start)
+    try:
+        producer.offer_many([(i, 0) for i in range(n)])
+        seen: list[int] = []
+        with q.consume(timeout=15) as tasks:
+            for task in tasks:
+                seen.append(task.payload)
+                if len(seen) == n // 2:
+                    own_server.kill()
+                    restart.start()
+                if len(set(seen)) == n:
+                    break
+        assert set(seen) == set(range(n)), f"missing {set(range(n)) - set(seen)}"
+    finally:
+        restart.join()
+        q.close()
+        producer.close()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[EmbeddedCluster]:
+    c = EmbeddedCluster(3, BINARIES[0][1]).start()
+    yield c
+    c.stop()
+
+
+def test_consume_on_a_cluster_hands_out_the_next_task_without_waiting_for_the_ack_before(
+    cluster: EmbeddedCluster, prefix: str
+) -> None:
+    """As on one server: the ack goes on a connection to the node of its slot, kept for
+    acks, and the loop goes on while that node's writes are paused."""
+    url = f"redis+cluster://127.0.0.1:{cluster.nodes[0].port}"
+    q = DelayQueue("cposted", url, prefix=prefix, visibility_timeout=60)
+    q.offer_many([(i, 0) for i in range(30)])
+    owner = next(n for n in cluster.nodes if _serves(n, q.keys.key("tasks")))
+    seen, paused_at, handed_in = [], None, None
+    with q.consume(timeout=10) as tasks:
+        for task in tasks:
+            seen.append(task.payload)
+            if paused_at is not None:
+                handed_in = time.monotonic() - paused_at
+                break
+            if q.stats().inflight >= 2:
+                admin = _paused_writes(owner, 3.0)
+                paused_at = time.monotonic()
+    assert handed_in is not None, "no task was ever fetched ahead"
+    assert handed_in < 1.5, f"the next task waited {handed_in:.2f}s for the ack before it"
+    admin.execute_command("CLIENT", "UNPAUSE")
+    rest = [task.payload for task in q.consume(timeout=0.5)]
+    assert sorted(seen + rest) == list(range(30))
+    stats = q.stats()
+    assert (stats.counters["acked"], stats.inflight, stats.ready) == (30, 0, 0)
+    q.close()
+
+
+def _serves(node: EmbeddedRedis, key: str) -> bool:
+    """Whether ``node`` serves ``key``'s slot (another node answers MOVED)."""
+    client = redis.Redis(port=node.port)
+    try:
+        client.exists(key)
+        return True
+    except redis.ResponseError:
+        return False
+    finally:
+        client.close()
+
+
+def test_consume_sends_each_ack_at_once_while_the_loop_handles_the_next_task(
+    make_queue: Callable[..., DelayQueue],
+) -> None:
+    """The ack of a task is in Redis while the handler of the next one runs: not held back
+    until the loop's next round trip (where it could outlive its lease)."""
+    _ack_lands_while_next_is_handled(
+        make_queue("atonce", visibility_timeout=60), make_queue("atonce")
+    )
+
+
+def test_consume_on_a_cluster_sends_each_ack_at_once(cluster: EmbeddedCluster, prefix: str) -> None:
+    url = f"redis+cluster://127.0.0.1:{cluster.nodes[0].port}"
+    with (
+        DelayQueue("catonce", url, prefix=prefix, visibility_timeout=60) as q,
+        DelayQueue("catonce", url, prefix=prefix) as watcher,
+    ):
+        _ack_lands_while_next_is_handled(q, watcher)
+
+
+def _ack_lands_while_next_is_handled(q: DelayQueue, watcher: DelayQueue) -> None:
+    q.offer_many([(i, 0) for i in range(30)])
+    previous: str | None = None
+    checked = False
+    with q.consume(timeout=5) as tasks:
+        for task in tasks:
+            if previous is not None:  # handed out from the tasks fetched ahead
+                wait_until(lambda gone=previous: watcher.get(gone) is None, timeout=5)
+                checked = True
+                break
+            if watcher.stats().inflight >= 2:  # this task and one fetched ahead
+                previous = task.id
+    assert checked, "no task was ever fetched ahead"

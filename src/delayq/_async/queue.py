@@ -1239,7 +1239,9 @@ class AsyncDelayQueue(Generic[PayloadT]):
             shard = self._shard_of(task)
             if self._watch(shard).ahead.tasks:
                 self._check_open()
-                return await shard.post_ack(task)
+                posted = await shard.post_ack(task)
+                # Not written (the connection busy or away): acked now, not at the next step.
+                return posted if posted.posted.written else await posted.acked()
         return await self._ack_one(task, fetch_ahead=True)
 
     async def ack_many(self, tasks: Sequence[AsyncTask]) -> list[bool]:

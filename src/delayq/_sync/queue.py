@@ -1234,7 +1234,9 @@ class DelayQueue(Generic[PayloadT]):
             shard = self._shard_of(task)
             if self._watch(shard).ahead.tasks:
                 self._check_open()
-                return shard.post_ack(task)
+                posted = shard.post_ack(task)
+                # Not written (the connection busy or away): acked now, not at the next step.
+                return posted if posted.posted.written else posted.acked()
         return self._ack_one(task, fetch_ahead=True)
 
     def ack_many(self, tasks: Sequence[Task]) -> list[bool]:

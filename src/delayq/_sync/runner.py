@@ -10,9 +10,10 @@ its ``subscriber`` (``subscriber.py``: one pub/sub connection per node). The syn
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.crc import key_slot
@@ -164,6 +165,23 @@ class Posted:
     keys: Sequence[str]
     args: Sequence[Any]
     reply: Any = _UNSENT
+    line: _NodeLine | None = None  # a cluster node's, or (None) the kept connection
+
+    @property
+    def written(self) -> bool:
+        """Whether it went out (right after :meth:`Runner.post`: not, if it could not)."""
+        return self.reply is not _UNSENT
+
+
+@dataclass(eq=False)
+class _NodeLine:
+    """A cluster node's connection that calls are posted on (the kept connection's part)."""
+
+    address: tuple[str, int]
+    hold: Any
+    conn: Any = None
+    posted: list[Posted] = field(default_factory=list)
+    loaded: set[Op] = field(default_factory=set)  # scripts loaded on this connection's node
 
 
 @dataclass(eq=False)
@@ -214,6 +232,8 @@ class Runner:
         self._kept: Any = None
         self._kept_pid = 0
         self._posted: list[Posted] = []  # written on the kept connection, replies unread
+        self._lines: dict[tuple[str, int], _NodeLine] = {}  # cluster: posted calls per node
+        self._kept_loaded: set[Op] = set()  # scripts loaded for the calls posted on _kept
         self._slots: dict[int, tuple[str, int]] = {}  # cluster: slot -> node
         self._watch = (
             SentinelWatch(client, on_switch=lambda master: master_switched(client, master))
@@ -252,7 +272,9 @@ class Runner:
             self._watch.close()
         if self.owned:  # no other runner shares its client, nor its subscriber
             close_subscriber(self._client)
-        self._unsend_posted()
+        self._lose_posted()
+        for line in self._lines.values():
+            self._drop_line(line)
         conn, self._kept = self._kept, None
         if conn is not None and self._kept_pid == backend.process_id():
             backend.disconnect(conn)
@@ -336,52 +358,92 @@ class Runner:
         return replies
 
     def post(self, op: Op, keys: Sequence[str], args: Sequence[Any]) -> Posted:
-        """Write the script of ``op`` on the kept connection and return without waiting for
-        its reply, which :meth:`outcome` reads (a later call on that connection reads it
-        first: calls stay in order). Redis runs it while the caller goes on: a consumer loop
-        acks a task while it handles the next. For scripts that are safe to send again: one
-        that could not be written now, or whose reply was lost, :meth:`outcome` runs again
-        through :meth:`run` (as it does on a cluster, or while another call holds the
-        connection)."""
+        """Write the script of ``op`` and return without waiting for its reply, which
+        :meth:`outcome` reads. It goes on the kept connection, where a later call reads it
+        first (calls stay in order), or on a cluster on a connection to the node of its slot
+        kept for such calls. Redis runs it while the caller goes on: a consumer loop acks a
+        task while it handles the next. For scripts that are safe to send again: one that
+        could not be written now (Redis away, or the connection busy with another call), or
+        whose reply was lost, :meth:`outcome` runs again through :meth:`run`."""
         posted = Posted(op, keys, args)
-        if not self._direct or self._closed or not self._hold.take():
+        command = ("EVALSHA", script(op).sha, len(keys), *keys, *args)
+        if self._closed:
             return posted
-        try:
-            conn = self._kept_connection()
+        if self._cluster:
+            self._post_on_node(posted, command)
+        elif self._direct and self._hold.take():
+            conn = None
             try:
-                backend.ensure_connected(conn)
-                backend.write(conn, [("EVALSHA", script(op).sha, len(keys), *keys, *args)])
+                conn = self._kept_connection()
+                _write_posted(conn, posted, command, self._posted, self._kept_loaded)
             except BaseException as exc:
-                self._unsend_posted()
-                backend.disconnect(conn)
-                if not isinstance(exc, Exception):
-                    raise
-                return posted
-            posted.reply = _UNREAD
-            self._posted.append(posted)
-        finally:
-            self._hold.give()
-        return posted
-
-    def outcome(self, posted: Posted, *, deadline: float | None = -1.0) -> Any:
-        """The reply of a :meth:`post`; the call run again through :meth:`run` if it was not
-        sent, its connection was lost, or Redis answered with an error (a script it no
-        longer has, a failover under way: :meth:`run` knows what each means)."""
-        if posted.reply is _UNREAD and self._hold.take():
-            try:
-                if posted in self._posted:
-                    self._read_posted(self._kept, upto=posted)
-            except BaseException as exc:
-                self._unsend_posted()
-                backend.disconnect(self._kept)
+                self._lose_posted()
+                if conn is not None:
+                    backend.disconnect(conn)
                 if not isinstance(exc, Exception):
                     raise
             finally:
                 self._hold.give()
+        return posted
+
+    def _post_on_node(self, posted: Posted, command: Command) -> None:
+        try:
+            address = self._address(key_slot(posted.keys[0].encode()))
+        except Exception:  # the cluster away: outcome() runs it, with retries
+            return
+        line = self._lines.get(address)
+        if line is None:
+            line = self._lines[address] = _NodeLine(address, backend.Hold())
+        if not line.hold.take():
+            return
+        try:
+            if line.conn is None:
+                line.conn = backend.node_checkout(backend.resolve(self._client), address)
+            _write_posted(line.conn, posted, command, line.posted, line.loaded)
+            posted.line = line
+        except BaseException as exc:
+            self._drop_line(line)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            line.hold.give()
+
+    def outcome(self, posted: Posted, *, deadline: float | None = -1.0) -> Any:
+        """The reply of a :meth:`post`; the call run again through :meth:`run` if it was not
+        sent, its connection was lost, or Redis answered with an error (a script it no
+        longer has, a failover under way, a slot moved: :meth:`run` knows what each means)."""
+        line = posted.line
+        hold = self._hold if line is None else line.hold
+        if posted.reply is _UNREAD and hold.take():
+            pending = self._posted if line is None else line.posted
+            try:
+                if posted in pending:
+                    conn = self._kept if line is None else line.conn
+                    _read_replies(conn, pending, upto=posted)
+            except BaseException as exc:
+                if line is None:
+                    self._lose_posted()
+                    backend.disconnect(self._kept)
+                else:
+                    self._drop_line(line)
+                if not isinstance(exc, Exception):
+                    raise
+            finally:
+                hold.give()
         reply = posted.reply
         if reply is _UNREAD or reply is _UNSENT or isinstance(reply, ResponseError):
             return self.run(posted.op, posted.keys, posted.args, deadline=deadline)
         return reply
+
+    def _drop_line(self, line: _NodeLine) -> None:
+        """A node's posting connection failed: its posted calls are lost with it."""
+        self._unsend(line.posted)
+        line.loaded.clear()  # the node may have restarted without them
+        conn, line.conn = line.conn, None
+        if conn is not None:
+            backend.disconnect(conn)
+            with contextlib.suppress(Exception):  # a node gone from the cluster: no pool
+                backend.node_checkin(backend.resolve(self._client), line.address, conn)
 
     def command(self, *args: Any, deadline: float | None = -1.0) -> Any:
         """A plain command (SADD, SMEMBERS, TIME, ...), routed by the client."""
@@ -492,13 +554,13 @@ class Runner:
                 conn = self._client.connection_pool.get_connection()
             try:
                 if kept and self._posted:
-                    self._read_posted(conn)  # the calls posted before this one first
+                    _read_replies(conn, self._posted)  # the calls posted before first
                 return _send(conn, commands)
             except BaseException:
                 # A failed or cancelled call leaves a reply unread: never let the next call
                 # read it. The connection reconnects (a Sentinel one asks again) on next use.
                 if kept:
-                    self._unsend_posted()
+                    self._lose_posted()
                 backend.disconnect(conn)
                 raise
             finally:
@@ -517,24 +579,17 @@ class Runner:
             self._kept_pid = backend.process_id()
         return self._kept
 
-    def _read_posted(self, conn: Any, upto: Posted | None = None) -> None:
-        """Read the replies of the calls posted on the kept connection, in order, up to
-        ``upto`` (None: all)."""
-        while self._posted:
-            posted = self._posted[0]
-            try:
-                posted.reply = conn.read_response()
-            except ResponseError as exc:
-                posted.reply = exc
-            del self._posted[0]
-            if posted is upto:
-                return
+    def _lose_posted(self) -> None:
+        """The kept connection is lost, and the replies of its posted calls with it."""
+        self._unsend(self._posted)
+        self._kept_loaded.clear()  # the server may have restarted without them
 
-    def _unsend_posted(self) -> None:
-        """The kept connection is lost: the replies of its posted calls with it."""
-        for posted in self._posted:
+    @staticmethod
+    def _unsend(pending: list[Posted]) -> None:
+        """Their connection is lost, and the replies of its posted calls with it."""
+        for posted in pending:
             posted.reply = _UNSENT
-        self._posted.clear()
+        pending.clear()
 
     def _through_client(self, commands: Sequence[Command]) -> list[Any]:
         """A client passed in: its own methods, so that its hooks see every call."""
@@ -640,6 +695,39 @@ class Runner:
             backend.refresh_topology(backend.resolve(self._client))
         except Exception as exc:  # the next try fails the same way and is counted
             log.debug("delayq: cluster topology refresh failed: %s", exc)
+
+
+def _write_posted(
+    conn: Any, posted: Posted, command: Command, pending: list[Posted], loaded: set[Op]
+) -> None:
+    """Write ``command`` on ``conn``, after the script's source the first time: a posted
+    call that met NOSCRIPT would run only when its reply is read."""
+    load = None if posted.op in loaded else Posted(posted.op, (), ())  # its reply: dropped
+    commands = (
+        [command] if load is None else [("SCRIPT", "LOAD", script(posted.op).source), command]
+    )
+    backend.ensure_connected(conn)
+    backend.write(conn, commands)
+    if load is not None:
+        load.reply = _UNREAD
+        pending.append(load)
+        loaded.add(posted.op)
+    posted.reply = _UNREAD
+    pending.append(posted)
+
+
+def _read_replies(conn: Any, pending: list[Posted], upto: Posted | None = None) -> None:
+    """Read the replies of the calls posted on ``conn``, in order, up to ``upto`` (None:
+    all)."""
+    while pending:
+        posted = pending[0]
+        try:
+            posted.reply = conn.read_response()
+        except ResponseError as exc:
+            posted.reply = exc
+        del pending[0]
+        if posted is upto:
+            return
 
 
 def _send(conn: Any, commands: Sequence[Command]) -> list[Any]:
