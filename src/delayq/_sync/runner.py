@@ -392,8 +392,8 @@ class Runner:
         except Exception:  # the cluster away: outcome() runs it, with retries
             return
         line = self._lines.get(address)
-        if line is None:
-            line = self._lines[address] = _NodeLine(address, backend.Hold())
+        if line is None:  # setdefault: of two threads making one, both use the same
+            line = self._lines.setdefault(address, _NodeLine(address, backend.Hold()))
         if not line.hold.take():
             return
         try:
