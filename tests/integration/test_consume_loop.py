@@ -621,7 +621,13 @@ def test_consume_hands_out_the_next_task_without_waiting_for_the_ack_before(
     """With the next task fetched ahead, the ack of the one before is written and the loop
     goes on: Redis runs the ack while the handler works. Writes paused for 3 s, the next task
     still comes at once; every ack lands once the pause ends."""
-    q = DelayQueue("posted", own_server.url, prefix=prefix, visibility_timeout=60)
+    with DelayQueue("posted", own_server.url, prefix=prefix, visibility_timeout=60) as q:
+        _next_task_comes_while_writes_are_paused(q, own_server)
+
+
+def _next_task_comes_while_writes_are_paused(q: DelayQueue, node: EmbeddedRedis) -> None:
+    """30 tasks through ``q.consume()``; once one is fetched ahead, ``node``'s writes are
+    paused for 3 s and the next task must come at once; then every task is acked."""
     q.offer_many([(i, 0) for i in range(30)])
     seen, paused_at, handed_in = [], None, None
     with q.consume(timeout=10) as tasks:
@@ -631,16 +637,16 @@ def test_consume_hands_out_the_next_task_without_waiting_for_the_ack_before(
                 handed_in = time.monotonic() - paused_at
                 break
             if q.stats().inflight >= 2:  # this task and one fetched ahead
-                admin = _paused_writes(own_server, 3.0)
+                admin = _paused_writes(node, 3.0)
                 paused_at = time.monotonic()
     assert handed_in is not None, "no task was ever fetched ahead"
     assert handed_in < 1.5, f"the next task waited {handed_in:.2f}s for the ack before it"
     admin.execute_command("CLIENT", "UNPAUSE")
+    admin.close()
     rest = [task.payload for task in q.consume(timeout=0.5)]
     assert sorted(seen + rest) == list(range(30))
     stats = q.stats()
     assert (stats.counters["acked"], stats.inflight, stats.ready) == (30, 0, 0)
-    q.close()
 
 
 async def test_async_consume_hands_out_the_next_task_without_waiting_for_the_ack_before(
@@ -772,27 +778,9 @@ def test_consume_on_a_cluster_hands_out_the_next_task_without_waiting_for_the_ac
     """As on one server: the ack goes on a connection to the node of its slot, kept for
     acks, and the loop goes on while that node's writes are paused."""
     url = f"redis+cluster://127.0.0.1:{cluster.nodes[0].port}"
-    q = DelayQueue("cposted", url, prefix=prefix, visibility_timeout=60)
-    q.offer_many([(i, 0) for i in range(30)])
-    owner = next(n for n in cluster.nodes if _serves(n, q.keys.key("tasks")))
-    seen, paused_at, handed_in = [], None, None
-    with q.consume(timeout=10) as tasks:
-        for task in tasks:
-            seen.append(task.payload)
-            if paused_at is not None:
-                handed_in = time.monotonic() - paused_at
-                break
-            if q.stats().inflight >= 2:
-                admin = _paused_writes(owner, 3.0)
-                paused_at = time.monotonic()
-    assert handed_in is not None, "no task was ever fetched ahead"
-    assert handed_in < 1.5, f"the next task waited {handed_in:.2f}s for the ack before it"
-    admin.execute_command("CLIENT", "UNPAUSE")
-    rest = [task.payload for task in q.consume(timeout=0.5)]
-    assert sorted(seen + rest) == list(range(30))
-    stats = q.stats()
-    assert (stats.counters["acked"], stats.inflight, stats.ready) == (30, 0, 0)
-    q.close()
+    with DelayQueue("cposted", url, prefix=prefix, visibility_timeout=60) as q:
+        owner = next(n for n in cluster.nodes if _serves(n, q.keys.key("tasks")))
+        _next_task_comes_while_writes_are_paused(q, owner)
 
 
 def _serves(node: EmbeddedRedis, key: str) -> bool:

@@ -12,7 +12,7 @@ from .timing import Duration, setting_s
 
 Shortfall = Literal["raise", "warn"]
 
-# The durable-write mark (see Durability.commands) lives this long after the last such write.
+# The durable-write mark (see Durability.mark) lives this long after the last such write.
 MARK_TTL_MS = 10_000
 
 

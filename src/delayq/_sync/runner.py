@@ -158,14 +158,14 @@ _UNSENT = object()  # not written, or its connection lost before its reply was r
 
 @dataclass(eq=False)
 class Posted:
-    """A script call written on the runner's kept connection, its reply read later (see
+    """A script call written on a :class:`_Line`, its reply read later (see
     :meth:`Runner.post`)."""
 
     op: Op
     keys: Sequence[str]
     args: Sequence[Any]
     reply: Any = _UNSENT
-    line: _NodeLine | None = None  # a cluster node's, or (None) the kept connection
+    line: _Line | None = None  # where it was written
 
     @property
     def written(self) -> bool:
@@ -174,14 +174,23 @@ class Posted:
 
 
 @dataclass(eq=False)
-class _NodeLine:
-    """A cluster node's connection that calls are posted on (the kept connection's part)."""
+class _Line:
+    """A connection that calls are posted on: the runner's kept one (``address`` None), or
+    on a cluster one per node, kept for such calls. ``hold``: one call at a time uses it."""
 
-    address: tuple[str, int]
+    address: tuple[str, int] | None
     hold: Any
     conn: Any = None
-    posted: list[Posted] = field(default_factory=list)
-    loaded: set[Op] = field(default_factory=set)  # scripts loaded on this connection's node
+    posted: list[Posted] = field(default_factory=list)  # written, replies unread, in order
+    loaded: set[Op] = field(default_factory=set)  # scripts sent on it since it connected
+
+    def lose(self) -> None:
+        """The connection is lost, and the replies of its posted calls with it (and the
+        scripts: its server may have restarted without them)."""
+        for posted in self.posted:
+            posted.reply = _UNSENT
+        self.posted.clear()
+        self.loaded.clear()
 
 
 @dataclass(eq=False)
@@ -228,12 +237,9 @@ class Runner:
         self._extras = extras
         self._cluster = topology is Topology.CLUSTER
         self._direct = owned and not self._cluster and backend.is_plain(client)
-        self._hold = backend.Hold()
-        self._kept: Any = None
+        self._kept = _Line(None, backend.Hold())  # its conn: made on first use
         self._kept_pid = 0
-        self._posted: list[Posted] = []  # written on the kept connection, replies unread
-        self._lines: dict[tuple[str, int], _NodeLine] = {}  # cluster: posted calls per node
-        self._kept_loaded: set[Op] = set()  # scripts loaded for the calls posted on _kept
+        self._lines: dict[tuple[str, int], _Line] = {}  # cluster: posting lines per node
         self._slots: dict[int, tuple[str, int]] = {}  # cluster: slot -> node
         self._watch = (
             SentinelWatch(client, on_switch=lambda master: master_switched(client, master))
@@ -272,10 +278,10 @@ class Runner:
             self._watch.close()
         if self.owned:  # no other runner shares its client, nor its subscriber
             close_subscriber(self._client)
-        self._lose_posted()
         for line in self._lines.values():
             self._drop_line(line)
-        conn, self._kept = self._kept, None
+        self._kept.lose()
+        conn, self._kept.conn = self._kept.conn, None
         if conn is not None and self._kept_pid == backend.process_id():
             backend.disconnect(conn)
         if self.owned:
@@ -371,19 +377,16 @@ class Runner:
             return posted
         if self._cluster:
             self._post_on_node(posted, command)
-        elif self._direct and self._hold.take():
-            conn = None
+        elif self._direct and self._kept.hold.take():
             try:
-                conn = self._kept_connection()
-                _write_posted(conn, posted, command, self._posted, self._kept_loaded)
+                self._kept_connection()
+                _write_posted(self._kept, posted, command)
             except BaseException as exc:
-                self._lose_posted()
-                if conn is not None:
-                    backend.disconnect(conn)
+                self._drop_line(self._kept)
                 if not isinstance(exc, Exception):
                     raise
             finally:
-                self._hold.give()
+                self._kept.hold.give()
         return posted
 
     def _post_on_node(self, posted: Posted, command: Command) -> None:
@@ -393,14 +396,13 @@ class Runner:
             return
         line = self._lines.get(address)
         if line is None:  # setdefault: of two threads making one, both use the same
-            line = self._lines.setdefault(address, _NodeLine(address, backend.Hold()))
+            line = self._lines.setdefault(address, _Line(address, backend.Hold()))
         if not line.hold.take():
             return
         try:
             if line.conn is None:
                 line.conn = backend.node_checkout(backend.resolve(self._client), address)
-            _write_posted(line.conn, posted, command, line.posted, line.loaded)
-            posted.line = line
+            _write_posted(line, posted, command)
         except BaseException as exc:
             self._drop_line(line)
             if not isinstance(exc, Exception):
@@ -413,35 +415,30 @@ class Runner:
         sent, its connection was lost, or Redis answered with an error (a script it no
         longer has, a failover under way, a slot moved: :meth:`run` knows what each means)."""
         line = posted.line
-        hold = self._hold if line is None else line.hold
-        if posted.reply is _UNREAD and hold.take():
-            pending = self._posted if line is None else line.posted
+        if posted.reply is _UNREAD and line is not None and line.hold.take():
             try:
-                if posted in pending:
-                    conn = self._kept if line is None else line.conn
-                    _read_replies(conn, pending, upto=posted)
+                if posted in line.posted:
+                    _read_replies(line, upto=posted)
             except BaseException as exc:
-                if line is None:
-                    self._lose_posted()
-                    backend.disconnect(self._kept)
-                else:
-                    self._drop_line(line)
+                self._drop_line(line)
                 if not isinstance(exc, Exception):
                     raise
             finally:
-                hold.give()
+                line.hold.give()
         reply = posted.reply
         if reply is _UNREAD or reply is _UNSENT or isinstance(reply, ResponseError):
             return self.run(posted.op, posted.keys, posted.args, deadline=deadline)
         return reply
 
-    def _drop_line(self, line: _NodeLine) -> None:
-        """A node's posting connection failed: its posted calls are lost with it."""
-        self._unsend(line.posted)
-        line.loaded.clear()  # the node may have restarted without them
-        conn, line.conn = line.conn, None
-        if conn is not None:
-            backend.disconnect(conn)
+    def _drop_line(self, line: _Line) -> None:
+        """A posting connection failed: its posted calls are lost with it. The kept one
+        reconnects on its next use; a node's goes back to its pool."""
+        line.lose()
+        if line.conn is None:
+            return
+        backend.disconnect(line.conn)
+        if line.address is not None:
+            conn, line.conn = line.conn, None
             with contextlib.suppress(Exception):  # a node gone from the cluster: no pool
                 backend.node_checkin(backend.resolve(self._client), line.address, conn)
 
@@ -546,21 +543,21 @@ class Runner:
 
     def _on_own_connection(self, commands: Sequence[Command]) -> list[Any]:
         """Send on the kept connection, or on one from the pool while another call uses it."""
-        kept = self._hold.take()
+        kept = self._kept.hold.take()
         try:
             if kept:
                 conn = self._kept_connection()
             else:
                 conn = self._client.connection_pool.get_connection()
             try:
-                if kept and self._posted:
-                    _read_replies(conn, self._posted)  # the calls posted before first
+                if kept and self._kept.posted:
+                    _read_replies(self._kept)  # the calls posted before this one first
                 return _send(conn, commands)
             except BaseException:
                 # A failed or cancelled call leaves a reply unread: never let the next call
                 # read it. The connection reconnects (a Sentinel one asks again) on next use.
                 if kept:
-                    self._lose_posted()
+                    self._kept.lose()
                 backend.disconnect(conn)
                 raise
             finally:
@@ -568,28 +565,17 @@ class Runner:
                     self._client.connection_pool.release(conn)
         finally:
             if kept:
-                self._hold.give()
+                self._kept.hold.give()
 
     def _kept_connection(self) -> Any:
         """The kept connection (the caller holds it)."""
-        if self._kept is None or self._kept_pid != backend.process_id():
+        kept = self._kept
+        if kept.conn is None or self._kept_pid != backend.process_id():
             # A first call, or the first in a forked child: the parent's is not ours.
-            self._posted.clear()
-            self._kept = self._client.connection_pool.get_connection()
+            kept.lose()
+            kept.conn = self._client.connection_pool.get_connection()
             self._kept_pid = backend.process_id()
-        return self._kept
-
-    def _lose_posted(self) -> None:
-        """The kept connection is lost, and the replies of its posted calls with it."""
-        self._unsend(self._posted)
-        self._kept_loaded.clear()  # the server may have restarted without them
-
-    @staticmethod
-    def _unsend(pending: list[Posted]) -> None:
-        """Their connection is lost, and the replies of its posted calls with it."""
-        for posted in pending:
-            posted.reply = _UNSENT
-        pending.clear()
+        return kept.conn
 
     def _through_client(self, commands: Sequence[Command]) -> list[Any]:
         """A client passed in: its own methods, so that its hooks see every call."""
@@ -697,35 +683,32 @@ class Runner:
             log.debug("delayq: cluster topology refresh failed: %s", exc)
 
 
-def _write_posted(
-    conn: Any, posted: Posted, command: Command, pending: list[Posted], loaded: set[Op]
-) -> None:
-    """Write ``command`` on ``conn``, after the script's source the first time: a posted
+def _write_posted(line: _Line, posted: Posted, command: Command) -> None:
+    """Write ``command`` on ``line``, after the script's source the first time: a posted
     call that met NOSCRIPT would run only when its reply is read."""
-    load = None if posted.op in loaded else Posted(posted.op, (), ())  # its reply: dropped
+    load = None if posted.op in line.loaded else Posted(posted.op, (), ())  # reply dropped
     commands = (
         [command] if load is None else [("SCRIPT", "LOAD", script(posted.op).source), command]
     )
-    backend.ensure_connected(conn)
-    backend.write(conn, commands)
-    if load is not None:
-        load.reply = _UNREAD
-        pending.append(load)
-        loaded.add(posted.op)
-    posted.reply = _UNREAD
-    pending.append(posted)
+    backend.ensure_connected(line.conn)
+    backend.write(line.conn, commands)
+    for written in (load, posted):
+        if written is not None:
+            written.reply, written.line = _UNREAD, line
+            line.posted.append(written)
+    line.loaded.add(posted.op)
 
 
-def _read_replies(conn: Any, pending: list[Posted], upto: Posted | None = None) -> None:
-    """Read the replies of the calls posted on ``conn``, in order, up to ``upto`` (None:
+def _read_replies(line: _Line, upto: Posted | None = None) -> None:
+    """Read the replies of the calls posted on ``line``, in order, up to ``upto`` (None:
     all)."""
-    while pending:
-        posted = pending[0]
+    while line.posted:
+        posted = line.posted[0]
         try:
-            posted.reply = conn.read_response()
+            posted.reply = line.conn.read_response()
         except ResponseError as exc:
             posted.reply = exc
-        del pending[0]
+        del line.posted[0]
         if posted is upto:
             return
 

@@ -150,6 +150,7 @@ class Shard:
         self._key_list = keys.all
         self._feature_keys = keys.features  # after a fetch's or an ack's receipt (_plain.lua)
         self._offer_one_keys = keys.offer_one
+        self._mark = Durability.mark(keys.key("durable"))  # before a wait: see write()
         self._runner = conn
         self._settings = settings
         self.notifier = conn.subscriber.notifier(keys.channel, bell)
@@ -200,7 +201,7 @@ class Shard:
         again whole, full (what the plain calls did not refuse, a resend answers from its
         receipt). With a wait in ``tail``, a batch sent again marks first (see
         :meth:`Durability.mark`)."""
-        again = (Durability.mark(self.keys.key("durable")),) if tail else ()
+        again = (self._mark,) if tail else ()
         sent = self.variant(op)
         replies = self._runner.batch(
             sent, keys, arg_lists, tail=tail, again=again, deadline=deadline
@@ -248,7 +249,7 @@ class Shard:
         if durability is not None:
             tail = durability.commands()
             if marked:
-                tail = (Durability.mark(self.keys.key("durable")), *tail)
+                tail = (self._mark, *tail)
         try:
             replies = self.batch(op, keys or self._key_list, arg_lists, tail)
         except (RedisUnavailable, ServerError) as exc:
@@ -256,23 +257,16 @@ class Shard:
         if durability is None:
             return replies
         scripts = replies[: len(arg_lists)]
-        if changed is None or changed(scripts):
-            self._shortfall(durability, replies[len(arg_lists) :], task_ids, what)
+        short = durability.shortfall(replies[len(arg_lists) :])
+        if short is not None and (changed is None or changed(scripts)):
+            message = (
+                f"queue {self._settings.name!r}: {len(task_ids)} task(s) {what} but not "
+                f"confirmed within {durability.timeout_s:g} s: {short}"
+            )
+            if durability.on_shortfall == "raise":
+                raise NotDurable(message, [str(task_id) for task_id in task_ids])
+            log.warning("delayq: %s", message)
         return scripts
-
-    def _shortfall(
-        self, durability: Durability, waited: Sequence[Any], task_ids: Sequence[str], what: str
-    ) -> None:
-        short = durability.shortfall(waited)
-        if short is None:
-            return
-        message = (
-            f"queue {self._settings.name!r}: {len(task_ids)} task(s) {what} but not "
-            f"confirmed within {durability.timeout_s:g} s: {short}"
-        )
-        if durability.on_shortfall == "raise":
-            raise NotDurable(message, [str(task_id) for task_id in task_ids])
-        log.warning("delayq: %s", message)
 
     # -- producing --------------------------------------------------------------------------
 
@@ -534,11 +528,7 @@ class Shard:
         not confirm is handed back before anyone runs it (see :class:`Durability`)."""
         try:
             reply, *waited = self.batch(
-                Op.FETCH,
-                keys,
-                [args],
-                durability.commands(),
-                deadline=deadline,
+                Op.FETCH, keys, [args], durability.commands(), deadline=deadline
             )
         except (RedisUnavailable, ServerError) as exc:
             raise type(exc)(f"queue {self._settings.name!r}: {exc}") from exc
