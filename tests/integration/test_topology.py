@@ -153,7 +153,12 @@ def test_an_empty_master_is_reattached_to_a_master_without_replica(
     without a replica; reattach_empty_masters() makes it that master's replica again."""
     # Waited for, with a diagnosis if it never comes: once, under a loaded CI machine, the
     # first live node's view listed no master with slots here.
-    # A master with its replica: an earlier test of the module may have left one without.
+    # An earlier test of the module may have left an empty master and a master without its
+    # replica (a fresh-clone CI run found both, and reattach paired them too): pair them
+    # first, so that only this test's pair is left to find.
+    cluster.reattach_empty_masters()
+    cluster.wait_healthy(60)
+    # A master with its replica.
     master = wait_for(
         lambda: [m for m in cluster.masters() if cluster.replicas_of(m)], 30,
         "a master with a replica in the cluster's view", cluster.diagnose,
@@ -170,7 +175,9 @@ def test_an_empty_master_is_reattached_to_a_master_without_replica(
         )
 
     wait_for(seen_empty, 30, "the reset replica seen as an empty master", cluster.diagnose)
-    assert cluster.reattach_empty_masters() == [(replica.port, master.port)]
+    # reattach reads one node's view, which may still lag the others' (it found nothing once)
+    pairs = wait_for(cluster.reattach_empty_masters, 30, "a pair to reattach", cluster.diagnose)
+    assert pairs == [(replica.port, master.port)]
     cluster.wait_healthy(60)
     assert cluster.replicas_of(master) == [replica]
     assert cluster.reattach_empty_masters() == []  # nothing left to pair
