@@ -15,7 +15,6 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
 from .exceptions import ConfigError, RedisUnavailable
 
@@ -163,12 +162,7 @@ class EmbeddedRedis:
     def __enter__(self) -> EmbeddedRedis:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
 
@@ -248,10 +242,5 @@ class EmbeddedCluster:
     def __enter__(self) -> EmbeddedCluster:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()

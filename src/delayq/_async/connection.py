@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 
 from .._core import sharding
@@ -249,12 +248,7 @@ class AsyncConnection(layer.Handle):
     async def __aenter__(self) -> AsyncConnection:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     def __repr__(self) -> str:

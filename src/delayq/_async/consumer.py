@@ -7,7 +7,6 @@ The sync ``Consumer`` in ``_sync/consumer.py`` is generated from this file by
 from __future__ import annotations
 
 import logging
-from types import TracebackType
 from typing import TYPE_CHECKING, Generic
 
 from .._core.codecs import PayloadT
@@ -51,12 +50,7 @@ class AsyncConsumer(Generic[PayloadT]):
     async def __aenter__(self) -> AsyncConsumer[PayloadT]:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         try:
             await self._settle(exc, fetch_ahead=False)
         finally:

@@ -18,7 +18,6 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from types import TracebackType
 from typing import Any, Generic, Literal, Self, Unpack, cast
 
 from .._core import limits, protocol, sharding, tracing
@@ -434,12 +433,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
     async def __aenter__(self) -> AsyncDelayQueue[PayloadT]:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     async def ping(self) -> float:

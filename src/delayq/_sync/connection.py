@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 
 from .._core import sharding
@@ -248,12 +247,7 @@ class Connection(layer.Handle):
     def __enter__(self) -> Connection:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

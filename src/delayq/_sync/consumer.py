@@ -8,7 +8,6 @@ The sync ``Consumer`` in ``_sync/consumer.py`` is generated from this file by
 from __future__ import annotations
 
 import logging
-from types import TracebackType
 from typing import TYPE_CHECKING, Generic
 
 from .._core.codecs import PayloadT
@@ -52,12 +51,7 @@ class Consumer(Generic[PayloadT]):
     def __enter__(self) -> Consumer[PayloadT]:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         try:
             self._settle(exc, fetch_ahead=False)
         finally:

@@ -19,7 +19,6 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from types import TracebackType
 from typing import Any, Generic, Literal, Self, Unpack, cast
 
 from .._core import limits, protocol, sharding, tracing
@@ -435,12 +434,7 @@ class DelayQueue(Generic[PayloadT]):
     def __enter__(self) -> DelayQueue[PayloadT]:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def ping(self) -> float:

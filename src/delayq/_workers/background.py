@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from .._core.timing import Duration, setting_s
@@ -56,12 +55,7 @@ class BackgroundWorker:
     def __enter__(self) -> BackgroundWorker:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
 
@@ -86,10 +80,5 @@ class AsyncBackgroundWorker:
     async def __aenter__(self) -> AsyncBackgroundWorker:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()

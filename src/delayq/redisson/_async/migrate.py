@@ -21,7 +21,6 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Any, Self
 
 from redis.crc import key_slot
@@ -333,12 +332,7 @@ class AsyncMigration:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
 

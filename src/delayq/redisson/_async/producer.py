@@ -8,7 +8,6 @@ The sync ``RedissonDelayedQueue`` in ``_sync/producer.py`` is generated from thi
 from __future__ import annotations
 
 import time
-from types import TracebackType
 from typing import Any, Self
 
 from ..._async import runner
@@ -95,10 +94,5 @@ class AsyncRedissonDelayedQueue:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()

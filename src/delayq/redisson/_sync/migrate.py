@@ -22,7 +22,6 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Any, Self
 
 from redis.crc import key_slot
@@ -334,12 +333,7 @@ class Migration:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 

@@ -9,7 +9,6 @@ The sync ``RedissonDelayedQueue`` in ``_sync/producer.py`` is generated from thi
 from __future__ import annotations
 
 import time
-from types import TracebackType
 from typing import Any, Self
 
 from ..._core.redisson import MemberFormat, RedissonKeys, codec_of, encode_value, pack_member
@@ -96,10 +95,5 @@ class RedissonDelayedQueue:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
