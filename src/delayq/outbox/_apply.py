@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 from .._async.queue import AsyncDelayQueue
 from .._async.shard import AsyncShard
@@ -127,39 +127,23 @@ class Receipts:
     async def cancel(self, queue: AsyncDelayQueue, item: Claimed) -> Outcome:
         """Cancel the row's task wherever the layout may hold it. Every shard looked at
         records the receipt, so a second application stops at the first one."""
-        receipt_ms = queue._shared.settings.receipt_ms
-        for shard in (await queue._routes()).searched(item.task_id):
-            receipt = shard.keys.receipt("cancel", protocol.new_nonce())
-            (reply,) = await shard.write(
-                Op.CANCEL,
-                [[receipt_ms, item.task_id, item.apply_id, self.keep_ms]],
-                [item.task_id],
-                keys=(*shard.keys.all, receipt, _applied(shard)),
-            )
-            self._note(shard, item.apply_id)
-            if int(reply[0]) == 2:
-                return Outcome.DUPLICATE
-            if int(reply[0]) == 1:
-                return Outcome.APPLIED
-        return Outcome.MISSING
+        return await self._on_task(queue, item, Op.CANCEL, [item.task_id])
 
     async def reschedule(self, queue: AsyncDelayQueue, item: Claimed) -> Outcome:
         """Move the row's task wherever the layout may hold it (receipts as in :meth:`cancel`)."""
+        return await self._on_task(
+            queue, item, Op.RESCHEDULE, [item.task_id, item.due_kind, item.due_ms]
+        )
+
+    async def _on_task(
+        self, queue: AsyncDelayQueue, item: Claimed, op: Op, args: list[Any]
+    ) -> Outcome:
         receipt_ms = queue._shared.settings.receipt_ms
         for shard in (await queue._routes()).searched(item.task_id):
-            receipt = shard.keys.receipt("reschedule", protocol.new_nonce())
+            receipt = shard.keys.receipt(op.value, protocol.new_nonce())
             (reply,) = await shard.write(
-                Op.RESCHEDULE,
-                [
-                    [
-                        receipt_ms,
-                        item.task_id,
-                        item.due_kind,
-                        item.due_ms,
-                        item.apply_id,
-                        self.keep_ms,
-                    ]
-                ],
+                op,
+                [[receipt_ms, *args, item.apply_id, self.keep_ms]],
                 [item.task_id],
                 keys=(*shard.keys.all, receipt, _applied(shard)),
             )
