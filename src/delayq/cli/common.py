@@ -8,6 +8,7 @@ imports none of them, so the CLI's imports point one way (tests/unit/test_cli_la
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -27,7 +28,7 @@ from .._core.registry import Registry, registry_key
 from .._core.text import printable
 from .._core.urls import mask_secrets, safe_url
 from ..exceptions import ConfigError
-from . import parse
+from . import parse, render
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 CALL_TIMEOUT = 3.0  # seconds a command keeps retrying an unreachable Redis (reconnect_timeout)
@@ -160,6 +161,25 @@ def warn(text: str) -> None:
     err.print(Text(printable(text)), soft_wrap=True)
 
 
+def say_done(verb: str, done: dict[str, bool], missed: list[str], *, json: bool) -> None:
+    """What a command did to each task id: ``{verb: [ids done], "missed": missed}`` as JSON,
+    else a line ``<verb> <id>`` per id done."""
+    if json:
+        render.print_json({verb: [i for i, ok in done.items() if ok], "missed": missed})
+        return
+    for task_id, ok in done.items():
+        if ok:
+            say(f"{verb} {task_id}")
+
+
+def log_to_stderr(level: int = logging.INFO) -> None:
+    """The log lines of a command that is the program (a Redis outage, dead rows) go to
+    stderr."""
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+
+
 # The roles of a queue's keys that hold data (the events channel is no key); and those that
 # hold tasks (what is left without them is lifetime counters and kept dedup keys).
 DATA_ROLES = tuple(role for role in KEY_ROLES if role != "events")
@@ -186,6 +206,11 @@ class Session:
     def queue(self, name: str, **options: Any) -> DelayQueue:
         """A queue on the command's handle (closed with the session)."""
         return self.conn.queue(name, **options)
+
+    def existing(self, name: str) -> DelayQueue:
+        """The queue, failing if it is unknown (:meth:`require`)."""
+        self.require(name)
+        return self.queue(name)
 
     def shard_counts(self) -> dict[str, int]:
         """The shard count Redis recorded for each sharded queue (read once per command)."""

@@ -61,8 +61,7 @@ def pause(
     """
     end = None if until is None else until_of(until)
     with session(redis, prefix) as s:
-        s.require(queue)
-        info = s.queue(queue).pause(until=end, note=note)
+        info = s.existing(queue).pause(until=end, note=note)
     if json:
         render.print_json(pause_json(info))
     else:
@@ -82,8 +81,7 @@ def resume(
     Example: delayq resume orders
     """
     with session(redis, prefix) as s:
-        s.require(queue)
-        was_paused = s.queue(queue).resume()
+        was_paused = s.existing(queue).resume()
     if json:
         render.print_json({"resumed": was_paused})
     else:
@@ -143,8 +141,7 @@ def list_limits(
     Example: delayq limits list orders
     """
     with session(redis, prefix) as s:
-        s.require(queue)
-        rows = s.queue(queue).limits.list()
+        rows = s.existing(queue).limits.list()
     if json:
         render.print_json([limit_row(row) for row in rows])
         return
@@ -204,8 +201,7 @@ def set_limit(
         weight=weight,
     )
     with session(redis, prefix) as s:
-        s.require(queue)
-        q = s.queue(queue)
+        q = s.existing(queue)
         q.limits.set(key, limit)
         info = q.limits.get(key)
     if json:
@@ -227,8 +223,7 @@ def remove_limit(
     Example: delayq limits remove orders tenant:42
     """
     with session(redis, prefix) as s:
-        s.require(queue)
-        removed = s.queue(queue).limits.remove(key)
+        removed = s.existing(queue).limits.remove(key)
     if json:
         render.print_json({"removed": removed})
     elif removed:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json as jsonlib
-import logging
 import signal
 import sys
 from typing import Annotated, Any
@@ -15,7 +14,7 @@ import typer
 from .._core.text import printable
 from .._core.urls import safe_url
 from . import parse
-from .common import CliError, from_source
+from .common import DEFAULT_URL, CliError, JsonOpt, from_source, log_to_stderr
 from .outboxdb import (
     open_outbox,
     require_installed,
@@ -40,7 +39,6 @@ TableOpt = Annotated[str, typer.Option("--table", metavar="NAME", help="The outb
 SchemaOpt = Annotated[
     str | None, typer.Option("--schema", metavar="NAME", help="The table's schema.")
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout, for scripts.")]
 
 # What this module adds to `delayq`: the top-level `relay` and the `outbox` group (app.py).
 app = typer.Typer()
@@ -183,7 +181,7 @@ def relay(
             help="Redis URL, or env:NAME / file:PATH to read it from there; default $REDIS_URL.",
             show_envvar=False,
         ),
-    ] = "redis://127.0.0.1:6379/0",
+    ] = DEFAULT_URL,
     table: TableOpt = "delayq_outbox",
     schema: SchemaOpt = None,
     batch_size: Annotated[
@@ -276,9 +274,7 @@ def relay(
 
     if log_level is None:
         log_level = "WARNING" if once else "INFO"  # a one-shot run is quiet unless in trouble
-    level = logging.getLevelName(log_level.upper())
-    if not isinstance(level, int):
-        raise CliError(f"--log-level: unknown level {log_level!r}", code=2)
+    level = parse.log_level(log_level)
     outbox = open_outbox(dsn, table, schema)  # validates the DSN and names before connecting
     require_installed(outbox)
     redis = from_source(redis, "--redis")
@@ -300,10 +296,7 @@ def relay(
         only_queues=queue or (),
         durability=durability,
     )
-    # This command is the program: its log lines (outages, dead rows) go to stderr.
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    log_to_stderr(level)
     if once:
         count = run_db(lambda: asyncio.run(_relay_once(relayer)))
         say_line(f"relayed {count} rows")

@@ -96,15 +96,18 @@ def status_lines(st: Any) -> list[str]:
     return lines
 
 
+def health_dsn_option(name: str, help: str) -> Any:
+    """The option naming the outbox whose health a command adds: stats, exporter, dashboard."""
+    return typer.Option(
+        name, envvar="DELAYQ_OUTBOX_DSN", metavar="DSN", help=help, show_envvar=False
+    )
+
+
 StatsOutboxOpt = Annotated[
     str | None,
-    typer.Option(
+    health_dsn_option(
         "--outbox",
-        envvar="DELAYQ_OUTBOX_DSN",
-        metavar="DSN",
-        help="Also show the PostgreSQL outbox's backlog (table delayq_outbox); env "
-        "DELAYQ_OUTBOX_DSN.",
-        show_envvar=False,
+        "Also show the PostgreSQL outbox's backlog (table delayq_outbox); env DELAYQ_OUTBOX_DSN.",
     ),
 ]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import re
 import sys
 from collections.abc import Callable
@@ -48,6 +49,14 @@ def timestamp(text: str, option: str = "--at") -> datetime:
     if when.tzinfo is None or when.utcoffset() is None:
         raise BadValue(f"{option}: {text!r} has no timezone; add Z or an offset like +01:00")
     return when
+
+
+def log_level(text: str) -> int:
+    """The logging level named ``text`` (DEBUG, info, ...)."""
+    level = logging.getLevelName(text.upper())
+    if not isinstance(level, int):
+        raise BadValue(f"--log-level: unknown level {text!r}")
+    return level
 
 
 def headers(items: list[str] | None) -> dict[str, str]:

@@ -26,6 +26,7 @@ from .common import (
     bad,
     plural,
     say,
+    say_done,
     session,
     warn,
 )
@@ -72,12 +73,7 @@ def requeue(
         if not any(done.values()):
             s.require(queue)
         missed = {i: why_not_requeued(q, i) for i, ok in done.items() if not ok}
-    if json:
-        render.print_json({"requeued": [i for i, ok in done.items() if ok], "missed": [*missed]})
-    else:
-        for task_id, ok in done.items():
-            if ok:
-                say(f"requeued {task_id}")
+    say_done("requeued", done, [*missed], json=json)
     if missed:
         raise CliError("not requeued: " + "; ".join(f"{i}: {why}" for i, why in missed.items()))
 

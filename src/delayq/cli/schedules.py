@@ -16,6 +16,9 @@ from .common import DEFAULT_URL, CliError, JsonOpt, PrefixOpt, QueueArg, RedisOp
 NameArg = Annotated[
     str, typer.Argument(metavar="SCHEDULE", help="Schedule name.", show_default=False)
 ]
+RequestOpt = Annotated[
+    str | None, typer.Option(metavar="ID", help="Request id: the same again is a no-op.")
+]
 
 # What this module adds to `delayq`: the `schedules` group (app.py).
 app = typer.Typer()
@@ -84,6 +87,18 @@ def state_of(info: ScheduleInfo) -> str:
     return "paused" if info.paused else "active"
 
 
+def _on_schedule(
+    redis: str, prefix: str, queue: str, name: str, method: str, *args: Any, **kwargs: Any
+) -> Any:
+    """``schedules.<method>(name, ...)`` of a queue that must exist; no such schedule fails."""
+    with session(redis, prefix) as s:
+        schedules = s.existing(queue).schedules
+        try:
+            return getattr(schedules, method)(name, *args, **kwargs)
+        except ScheduleNotFound:
+            raise CliError(f"no schedule {name!r} in queue {queue!r}") from None
+
+
 @schedules_app.command("list")
 def list_(
     queue: QueueArg,
@@ -96,8 +111,7 @@ def list_(
     Example: delayq schedules list orders
     """
     with session(redis, prefix) as s:
-        s.require(queue)
-        infos = s.queue(queue).schedules.list(upcoming=1)
+        infos = s.existing(queue).schedules.list(upcoming=1)
     if json:
         render.print_json([info_json(i) for i in infos])
         return
@@ -127,9 +141,7 @@ def show(
 
     Example: delayq schedules show orders nightly-report --next 10
     """
-    with session(redis, prefix) as s:
-        s.require(queue)
-        info = s.queue(queue).schedules.get(name, upcoming=count)
+    info = _on_schedule(redis, prefix, queue, name, "get", upcoming=count)
     if info is None:
         raise CliError(f"no schedule {name!r} in queue {queue!r}")
     if json:
@@ -163,16 +175,6 @@ def show(
     out.print(table)
 
 
-def _steer(redis: str, prefix: str, queue: str, name: str, action: str, *args: Any) -> Any:
-    with session(redis, prefix) as s:
-        s.require(queue)
-        schedules = s.queue(queue).schedules
-        try:
-            return getattr(schedules, action)(name, *args)
-        except ScheduleNotFound:
-            raise CliError(f"no schedule {name!r} in queue {queue!r}") from None
-
-
 @schedules_app.command("pause")
 def pause(
     queue: QueueArg,
@@ -185,7 +187,7 @@ def pause(
 
     Example: delayq schedules pause orders nightly-report --note "db migration"
     """
-    done = _steer(redis, prefix, queue, name, "pause", note)
+    done = _on_schedule(redis, prefix, queue, name, "pause", note)
     say(f"schedule {name} paused" if done else f"schedule {name} was paused already")
 
 
@@ -197,7 +199,7 @@ def resume(
 
     Example: delayq schedules resume orders nightly-report
     """
-    done = _steer(redis, prefix, queue, name, "resume")
+    done = _on_schedule(redis, prefix, queue, name, "resume")
     say(f"schedule {name} resumed" if done else f"schedule {name} was not paused")
 
 
@@ -209,7 +211,7 @@ def remove(
 
     Example: delayq schedules remove orders nightly-report
     """
-    if not _steer(redis, prefix, queue, name, "remove"):
+    if not _on_schedule(redis, prefix, queue, name, "remove"):
         raise CliError(f"no schedule {name!r} in queue {queue!r}")
     say(f"schedule {name} removed")
 
@@ -218,9 +220,7 @@ def remove(
 def trigger(
     queue: QueueArg,
     name: NameArg,
-    request: Annotated[
-        str | None, typer.Option(metavar="ID", help="Request id: the same again is a no-op.")
-    ] = None,
+    request: RequestOpt = None,
     redis: RedisOpt = DEFAULT_URL,
     prefix: PrefixOpt = "dq",
 ) -> None:
@@ -228,12 +228,7 @@ def trigger(
 
     Example: delayq schedules trigger orders nightly-report --request rerun-0601
     """
-    with session(redis, prefix) as s:
-        s.require(queue)
-        try:
-            fired = s.queue(queue).schedules.trigger(name, request=request)
-        except ScheduleNotFound:
-            raise CliError(f"no schedule {name!r} in queue {queue!r}") from None
+    fired = _on_schedule(redis, prefix, queue, name, "trigger", request=request)
     if fired is None:
         raise CliError(f"schedule {name} has a fire running: skipped (overlap policy)")
     say(fired)
@@ -245,9 +240,7 @@ def backfill(
     name: NameArg,
     start: Annotated[str, typer.Option(metavar="TIME", help="First time (ISO 8601 with zone).")],
     end: Annotated[str, typer.Option(metavar="TIME", help="Last time (ISO 8601 with zone).")],
-    request: Annotated[
-        str | None, typer.Option(metavar="ID", help="Request id: the same again is a no-op.")
-    ] = None,
+    request: RequestOpt = None,
     redis: RedisOpt = DEFAULT_URL,
     prefix: PrefixOpt = "dq",
 ) -> None:
@@ -257,12 +250,7 @@ def backfill(
     --end 2030-06-03T00:00Z
     """
     first, last = parse.timestamp(start, "--start"), parse.timestamp(end, "--end")
-    with session(redis, prefix) as s:
-        s.require(queue)
-        try:
-            offered = s.queue(queue).schedules.backfill(name, first, last, request=request)
-        except ScheduleNotFound:
-            raise CliError(f"no schedule {name!r} in queue {queue!r}") from None
+    offered = _on_schedule(redis, prefix, queue, name, "backfill", first, last, request=request)
     say(f"{offered} fire(s) of {name} offered")
 
 

@@ -4,8 +4,6 @@ stopped. Each is the program, so it configures logging and owns the signals."""
 from __future__ import annotations
 
 import asyncio
-import logging
-import sys
 from typing import Annotated, Any
 
 import typer
@@ -14,8 +12,8 @@ from .. import aconnect, connect
 from .. import worker as runtime
 from ..metrics import cli as metrics_cli
 from . import parse
-from .common import DEFAULT_URL, CliError, PrefixOpt, RedisOpt, Session, bad, warn
-from .outboxdb import open_outbox, require_installed, run_db
+from .common import DEFAULT_URL, CliError, PrefixOpt, RedisOpt, Session, log_to_stderr, warn
+from .outboxdb import health_dsn_option, open_outbox, require_installed, run_db
 
 app = typer.Typer()  # its commands are top-level ones of `delayq` (see app.py)
 WORKER_CLIENT = "delayq-worker"  # the CLIENT SETNAME of `delayq worker`'s connections
@@ -132,12 +130,7 @@ def worker(
         "visibility_timeout": parse.duration(visibility_timeout, "--visibility-timeout"),
         "create": create,
     }
-    level = logging.getLevelName(log_level.upper())
-    if not isinstance(level, int):
-        bad(f"--log-level: unknown level {log_level!r}")
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    log_to_stderr(parse.log_level(log_level))
     Session(redis, prefix).close()  # validates --redis and --prefix before starting
     server = None
     if metrics_port is not None:
@@ -180,13 +173,10 @@ def exporter(
     ] = "1s",
     dsn: Annotated[
         str | None,
-        typer.Option(
+        health_dsn_option(
             "--dsn",
-            envvar="DELAYQ_OUTBOX_DSN",
-            metavar="DSN",
-            help="Also report this PostgreSQL outbox's health: pending, dead, oldest pending "
+            "Also report this PostgreSQL outbox's health: pending, dead, oldest pending "
             "age, live relays (env DELAYQ_OUTBOX_DSN).",
-            show_envvar=False,
         ),
     ] = None,
     table: Annotated[
@@ -212,12 +202,7 @@ def exporter(
         run_db(lambda: require_installed(box))
         outbox = (dsn, table, schema)
     seconds = parse.duration(overdue_after, "--overdue-after")
-    # This command is the program: its log lines (a Redis outage, once) go to stderr.
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    log_to_stderr()
     metrics_cli.run_exporter(redis, port, host, prefix, queue, seconds, warn, outbox)
 
 
@@ -257,13 +242,10 @@ def dashboard(
     ] = None,
     dsn: Annotated[
         str | None,
-        typer.Option(
+        health_dsn_option(
             "--dsn",
-            envvar="DELAYQ_OUTBOX_DSN",
-            metavar="DSN",
-            help="Also show this PostgreSQL outbox's health (table delayq_outbox; env "
+            "Also show this PostgreSQL outbox's health (table delayq_outbox; env "
             "DELAYQ_OUTBOX_DSN).",
-            show_envvar=False,
         ),
     ] = None,
     redis: RedisOpt = DEFAULT_URL,

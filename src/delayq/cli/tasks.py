@@ -20,6 +20,7 @@ from .common import (
     RedisOpt,
     bad,
     say,
+    say_done,
     session,
 )
 
@@ -124,12 +125,7 @@ def cancel(
         if not any(done.values()):
             s.require(queue)
     missed = [i for i, ok in done.items() if not ok]
-    if json:
-        render.print_json({"cancelled": [i for i, ok in done.items() if ok], "missed": missed})
-    else:
-        for task_id, ok in done.items():
-            if ok:
-                say(f"cancelled {task_id}")
+    say_done("cancelled", done, missed, json=json)
     if missed:
         raise CliError(f"not cancelled (unknown, in flight or dead): {' '.join(missed)}", code=1)
 

@@ -96,7 +96,11 @@ def stats(
         def show(rows: list[Any]) -> Any:
             return render.stats_table(rows, title(), out.width)
 
-        def plain(rows: list[Any], *, titled: bool) -> None:
+        def print_lines(rows: list[Any], *, titled: bool) -> None:
+            """The rows as one JSON line (--json), else as a plain line per queue."""
+            if json:
+                render.print_json([render.stats_json(r) for r in rows])
+                return
             if titled:
                 say(title())
             for line in render.stats_lines(rows):
@@ -104,24 +108,18 @@ def stats(
 
         if not watch:
             rows = read()
-            if json:
-                render.print_json([render.stats_json(r) for r in rows])
+            if json or (rows and not out.is_terminal):
+                print_lines(rows, titled=False)
             elif not rows:
                 warn(f"no queues under prefix {prefix!r}")
-            elif out.is_terminal:
-                out.print(show(rows))
             else:
-                plain(rows, titled=False)
+                out.print(show(rows))
             stats_hook(outbox, json=json)
             return
         try:
             if json or not out.is_terminal:
                 while True:
-                    rows = read()
-                    if json:
-                        render.print_json([render.stats_json(r) for r in rows])
-                    else:
-                        plain(rows, titled=True)
+                    print_lines(read(), titled=True)
                     time.sleep(interval)
             # Only a live view on a terminal needs rich.live: the other commands skip it.
             from rich.live import Live
