@@ -492,3 +492,66 @@ def test_one_poisonous_task_among_1000_loses_none_and_stalls_nothing(
     assert h.attempts_of("poison") == [1, 2, 3]
     wait_until(lambda: (h.health().succeeded, h.health().dead) == (1000, 1), timeout=5)
     assert h.health().alive
+
+
+# -- a failure that cannot be recorded --------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("fault", ["lease taken", "scripts refused"])
+def test_a_failure_that_cannot_be_recorded_is_logged_and_the_task_comes_back_by_its_lease(
+    kind: str,
+    fault: str,
+    redis7_server: EmbeddedRedis,
+    q7: DelayQueue,
+    workers: Callable[..., Harness],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The handler fails, and the worker cannot record the failure in Redis: the task's lease
+    went to someone else (``LeaseLost``), or Redis refuses its scripts (an ACL change: a
+    ``DelayqError``).
+    The worker logs it, counts the run as failed (not retried, not dead), stays alive, and
+    the task runs again once its lease runs out."""
+    caplog.set_level(logging.WARNING, logger="delayq.worker")
+    client = redis.Redis.from_url(redis7_server.url)
+    registry = CollectorRegistry()
+
+    def behave(task: Any) -> Step:
+        if task.payload != "unlucky" or task.attempts > 1:
+            return Step()
+        if fault == "lease taken":
+            client.hset(q7.keys.key("leases"), task.id, "another-consumer-token")
+        else:
+            client.execute_command("ACL", "SETUSER", "default", "-evalsha", "-eval")
+        return Step(error=RuntimeError("handler failed"))
+
+    try:
+        h = workers(
+            kind, redis7_server.url, behave, concurrency=1, metrics=WorkerMetrics(registry),
+            queue_options={"visibility_timeout": 2.0, "reconnect_timeout": 1.0},
+        )  # fmt: skip
+        unlucky = q7.offer("unlucky")
+        expected = (
+            "lost before its failure was recorded"
+            if fault == "lease taken"
+            else "could not record failure"
+        )
+        wait_until(lambda: any(expected in r.getMessage() for r in caplog.records), timeout=15)
+        client.execute_command("ACL", "SETUSER", "default", "+@all")
+        wait_until(lambda: h.attempts_of("unlucky") == [1, 2] and settled(q7), timeout=20)
+    finally:
+        client.execute_command("ACL", "SETUSER", "default", "+@all")
+        client.close()
+    logged = [r.getMessage() for r in caplog.records if expected in r.getMessage()]
+    assert len(logged) == 1 and unlucky in logged[0]
+    health = h.health()
+    assert health.alive and health.internal_errors == 0
+    assert health.failed == 1 and health.dead == 0 and health.succeeded == 1
+
+    def runs(outcome: str) -> float | None:
+        return registry.get_sample_value(
+            "delayq_worker_tasks_total", {"queue": "w", "outcome": outcome}
+        )
+
+    assert runs("failed") == 1.0 and runs("acked") == 1.0
+    assert not runs("retried") and not runs("dead")  # absent, or made at 0

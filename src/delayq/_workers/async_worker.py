@@ -16,7 +16,6 @@ from typing import Any
 
 from .._async.queue import AsyncDelayQueue, AsyncTask
 from .._core import tracing
-from .._core.handling import Verdict, outcome_of
 from .._core.models import Backoff
 from .._core.text import printable
 from .._core.timing import Duration
@@ -29,7 +28,6 @@ from .common import (
     WorkerOptions,
     call_hook,
     internal_error_text,
-    log_outcome,
 )
 from .ledger import Delivery
 
@@ -262,11 +260,11 @@ class AsyncWorker(WorkerBase):
             return await self._handler(task)
 
     async def _process(self, queue: AsyncDelayQueue, run: Delivery) -> None:
-        index, task, hooks, started = run.index, run.task, self._hooks, run.started
-        name = queue.name
+        task, hooks, name = run.task, self._hooks, queue.name
         if hooks.on_start is not None:
             call_hook(log, hooks.on_start, task)
         error: BaseException | None = None
+        result: Any = None
         try:
             if self._traced:
                 with tracing.consumer_span(name, task):
@@ -286,71 +284,28 @@ class AsyncWorker(WorkerBase):
         except Exception as exc:  # the worker never dies from a task
             error = exc
         now = time.monotonic()
-        duration = now - started
-        outcome = outcome_of(error, task.attempts, self._policies[index].max_attempts)
-        log_outcome(log, name, task, outcome, duration)
-        self._counters.processed_one(now)
-        if outcome.verdict is Verdict.ACK:
-            self._counters.succeeded += 1
-            run.settled = True
-            if self._ledger.done(run, now):
-                self._ack_ready.set()
-            self._metrics.task_done(name, task, "acked", duration)
-            if hooks.on_success is not None:
-                call_hook(log, hooks.on_success, task, result, duration)
+        outcome = self._judged(name, run, error, result, now)
+        if outcome is None:
             return
-        if outcome.verdict is not Verdict.THROTTLE:  # [L] a downstream's limit: no failure
-            self._counters.failed += 1
-        self._ledger.given_back(index, task)
+        record, args = self._failure_call(queue, task, outcome)
+        recorded: BaseException | None = None
         try:  # an error other than these is the worker's own: _recover retries the task
-            if outcome.verdict is Verdict.THROTTLE:
-                await queue.throttle(task, outcome.delay or 0)
-                run.settled = True
-                self._metrics.task_done(name, task, "throttled", duration)
-                return
-            if outcome.verdict is Verdict.REJECT:
-                await queue.reject(task, outcome.error)
-            else:
-                await queue.retry(task, outcome.delay, error=outcome.error)
-            label = "dead" if outcome.dead else "retried"
-        except LeaseLost:
-            label = "failed"  # not recorded: the task comes back when its lease expires
-            log.warning(
-                "delayq worker: lease on %s lost before its failure was recorded",
-                printable(task.id),
-            )
-        except DelayqError as exc:
-            label = "failed"
-            log.warning(
-                "delayq worker: could not record failure of %s: %s",
-                printable(task.id), printable(exc),
-            )  # fmt: skip
-        run.settled = True
-        self._metrics.task_done(name, task, label, duration)
-        call_hook(log, hooks.on_failure, task, error)
-        if outcome.dead:
-            self._counters.dead += 1
-            call_hook(log, hooks.on_dead, task, error)
+            await record(*args)
+        except DelayqError as exc:  # LeaseLost too
+            recorded = exc
+        self._failure_done(name, run, outcome, error, recorded, now)
 
     async def _recover(
         self, queue: AsyncDelayQueue, run: Delivery, where: str, exc: BaseException
     ) -> None:
         """The worker's own code failed on ``run``: log and count it, and unless its verdict
         already went to Redis, retry the task (dead-lettered after max_attempts like any)."""
-        self._internal_error(where, queue.name, run.task.id, exc)
-        if run.settled:
+        if not self._taken_back(queue.name, run, where, exc):
             return
-        run.settled = True
-        self._ledger.given_back(run.index, run.task)
         try:
             await queue.retry(run.task, error=internal_error_text(exc))
-        except LeaseLost:
-            pass  # it already comes back by the lease
         except Exception as again:  # its lease runs out, and the fetch retries or buries it
-            log.warning(
-                "delayq worker: could not retry %s after an internal error (%s); it comes "
-                "back when its lease expires", printable(run.task.id), printable(again),
-            )  # fmt: skip
+            self._not_retried(run.task, again)
 
     async def _ack_loop(self) -> None:
         while not self._helpers_end.is_set():  # a restarted loop first acks what is left

@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._core.handling import Counters, Outcome, Verdict, WorkerHealth, describe
+from .._core.handling import Counters, Outcome, Verdict, WorkerHealth, describe, outcome_of
 from .._core.outages import OUTAGES, where_of
 from .._core.text import printable, utf8_safe
 from .._core.timing import Duration, format_duration, setting_s
-from ..exceptions import ConfigError, WorkerFailed
+from ..exceptions import ConfigError, LeaseLost, WorkerFailed
 from ..metrics._base import NOOP, WorkerRecorder
 from .ledger import Ledger, Pace
 
@@ -327,6 +327,10 @@ class WorkerBase:
     _queues: list[Any]
     _ledger: Ledger[Any]
     _wants_coroutine: bool  # AsyncWorker: handlers are async def
+    _ack_ready: Any  # set when acks are due (an asyncio or a threading Event)
+    # Held around the ledger and a run's flags: the thread worker's lock; the asyncio worker
+    # needs none (one thread).
+    _guard: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
 
     def _setup(
         self,
@@ -412,6 +416,98 @@ class WorkerBase:
         with contextlib.suppress(Exception):
             self._metrics.internal_error(queue, f"{loop} loop")
         return self._supervisor.died(f"{loop} loop of {queue}" if queue else f"{loop} loop", exc)
+
+    def _judged(
+        self, name: str, run: Any, error: BaseException | None, result: Any, now: float
+    ) -> Outcome | None:
+        """The handler's verdict on ``run``, logged and counted. An ack is booked here (None
+        returned: the ack loop sends it); a failure's task is handed back to the ledger, and
+        the caller records the outcome in Redis (:meth:`_failure_call`), then
+        :meth:`_failure_done`."""
+        task, duration = run.task, now - run.started
+        outcome = outcome_of(error, task.attempts, self._policies[run.index].max_attempts)
+        log_outcome(log, name, task, outcome, duration)
+        self._counters.processed_one(now)
+        if outcome.verdict is Verdict.ACK:
+            self._counters.succeeded += 1
+            with self._guard:
+                run.settled = True
+                due = self._ledger.done(run, now)
+            if due and not self._ack_ready.is_set():
+                self._ack_ready.set()
+            self._metrics.task_done(name, task, "acked", duration)
+            if self._hooks.on_success is not None:
+                call_hook(log, self._hooks.on_success, task, result, duration)
+            return None
+        if outcome.verdict is not Verdict.THROTTLE:  # [L] a downstream's limit: no failure
+            self._counters.failed += 1
+        with self._guard:
+            self._ledger.given_back(run.index, task)
+        return outcome
+
+    @staticmethod
+    def _failure_call(queue: Any, task: Any, outcome: Outcome) -> tuple[Any, tuple[Any, ...]]:
+        """The queue's method that records ``outcome`` in Redis, and its arguments."""
+        if outcome.verdict is Verdict.THROTTLE:
+            return queue.throttle, (task, outcome.delay or 0)
+        if outcome.verdict is Verdict.REJECT:
+            return queue.reject, (task, outcome.error)
+        return functools.partial(queue.retry, error=outcome.error), (task, outcome.delay)
+
+    def _failure_done(
+        self,
+        name: str,
+        run: Any,
+        outcome: Outcome,
+        error: BaseException | None,
+        recorded: BaseException | None,
+        now: float,
+    ) -> None:
+        """After :meth:`_failure_call`: ``recorded`` is None if Redis took the outcome, else
+        the :class:`~delayq.DelayqError` it raised (the task then comes back by its lease)."""
+        task = run.task
+        run.settled = True
+        if recorded is None and outcome.verdict is Verdict.THROTTLE:
+            self._metrics.task_done(name, task, "throttled", now - run.started)
+            return
+        if recorded is None:
+            label = "dead" if outcome.dead else "retried"
+        elif isinstance(recorded, LeaseLost):
+            label = "failed"  # not recorded: the task comes back when its lease expires
+            log.warning(
+                "delayq worker: lease on %s lost before its failure was recorded",
+                printable(task.id),
+            )
+        else:
+            label = "failed"
+            log.warning(
+                "delayq worker: could not record failure of %s: %s",
+                printable(task.id), printable(recorded),
+            )  # fmt: skip
+        self._metrics.task_done(name, task, label, now - run.started)
+        call_hook(log, self._hooks.on_failure, task, error)
+        if outcome.dead:
+            self._counters.dead += 1
+            call_hook(log, self._hooks.on_dead, task, error)
+
+    def _taken_back(self, queue: str, run: Any, where: str, exc: BaseException) -> bool:
+        """The worker's own code failed on ``run``: log and count it; True if its verdict did
+        not go to Redis yet, and the caller is to retry the task (:meth:`_not_retried`)."""
+        self._internal_error(where, queue, run.task.id, exc)
+        with self._guard:
+            if run.settled:
+                return False
+            run.settled = True
+            self._ledger.given_back(run.index, run.task)
+        return True
+
+    @staticmethod
+    def _not_retried(task: Any, exc: BaseException) -> None:
+        if not isinstance(exc, LeaseLost):  # a lost lease: it already comes back by it
+            log.warning(
+                "delayq worker: could not retry %s after an internal error (%s); it comes "
+                "back when its lease expires", printable(task.id), printable(exc),
+            )  # fmt: skip
 
     def _internal_error(self, where: str, queue: str, task_id: object, exc: BaseException) -> None:
         """Log (once, with the task id), count and meter a failure of the worker's own code

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._core import tracing
-from .._core.handling import Reject, Verdict, outcome_of
+from .._core.handling import Reject
 from .._core.models import Backoff
 from .._core.text import printable
 from .._core.timing import Duration
@@ -28,7 +28,6 @@ from .common import (
     WorkerOptions,
     call_hook,
     internal_error_text,
-    log_outcome,
 )
 from .ledger import Delivery
 
@@ -92,6 +91,7 @@ class Worker(WorkerBase):
             metrics,
         )  # fmt: skip
         self._lock = threading.Lock()  # guards the ledger and the runs' flags
+        self._guard = self._lock
         self._waiting = [threading.Condition(self._lock) for _ in self._queues]  # tasks came
         self._space = [threading.Event() for _ in self._queues]  # a fetch can refill
         self._ack_ready = threading.Event()
@@ -285,85 +285,31 @@ class Worker(WorkerBase):
                 printable(task.id),
             )
             return
-        now = time.monotonic()
-        self._settle(queue, run, error, result, now - run.started, now)
+        self._settle(queue, run, error, result, time.monotonic())
 
     def _settle(
-        self,
-        queue: DelayQueue,
-        run: _Run,
-        error: BaseException | None,
-        result: Any,
-        duration: float,
-        now: float,
+        self, queue: DelayQueue, run: _Run, error: BaseException | None, result: Any, now: float
     ) -> None:
-        task, index, hooks, name = run.task, run.index, self._hooks, queue.name
-        outcome = outcome_of(error, task.attempts, self._policies[index].max_attempts)
-        log_outcome(log, name, task, outcome, duration)
-        self._counters.processed_one(now)
-        if outcome.verdict is Verdict.ACK:
-            self._counters.succeeded += 1
-            with self._lock:
-                run.settled = True
-                due = self._ledger.done(run, now)
-            if due and not self._ack_ready.is_set():
-                self._ack_ready.set()
-            self._metrics.task_done(name, task, "acked", duration)
-            if hooks.on_success is not None:
-                call_hook(log, hooks.on_success, task, result, duration)
+        outcome = self._judged(queue.name, run, error, result, now)
+        if outcome is None:
             return
-        if outcome.verdict is not Verdict.THROTTLE:  # [L] a downstream's limit: no failure
-            self._counters.failed += 1
-        with self._lock:
-            self._ledger.given_back(index, task)
+        record, args = self._failure_call(queue, run.task, outcome)
+        recorded: BaseException | None = None
         try:  # an error other than these is the worker's own: _recover retries the task
-            if outcome.verdict is Verdict.THROTTLE:
-                queue.throttle(task, outcome.delay or 0)
-                run.settled = True
-                self._metrics.task_done(name, task, "throttled", duration)
-                return
-            if outcome.verdict is Verdict.REJECT:
-                queue.reject(task, outcome.error)
-            else:
-                queue.retry(task, outcome.delay, error=outcome.error)
-            label = "dead" if outcome.dead else "retried"
-        except LeaseLost:
-            label = "failed"  # not recorded: the task comes back when its lease expires
-            log.warning(
-                "delayq worker: lease on %s lost before its failure was recorded",
-                printable(task.id),
-            )
-        except DelayqError as exc:
-            label = "failed"
-            log.warning(
-                "delayq worker: could not record failure of %s: %s",
-                printable(task.id), printable(exc),
-            )  # fmt: skip
-        run.settled = True
-        self._metrics.task_done(name, task, label, duration)
-        call_hook(log, hooks.on_failure, task, error)
-        if outcome.dead:
-            self._counters.dead += 1
-            call_hook(log, hooks.on_dead, task, error)
+            record(*args)
+        except DelayqError as exc:  # LeaseLost too
+            recorded = exc
+        self._failure_done(queue.name, run, outcome, error, recorded, now)
 
     def _recover(self, queue: DelayQueue, run: _Run, where: str, exc: BaseException) -> None:
         """The worker's own code failed on ``run``: log and count it, and unless its verdict
         already went to Redis, retry the task (dead-lettered after max_attempts like any)."""
-        self._internal_error(where, queue.name, run.task.id, exc)
-        with self._lock:
-            if run.settled:
-                return
-            run.settled = True
-            self._ledger.given_back(run.index, run.task)
+        if not self._taken_back(queue.name, run, where, exc):
+            return
         try:
             queue.retry(run.task, error=internal_error_text(exc))
-        except LeaseLost:
-            pass  # it already comes back by the lease
         except Exception as again:  # its lease runs out, and the fetch retries or buries it
-            log.warning(
-                "delayq worker: could not retry %s after an internal error (%s); it comes "
-                "back when its lease expires", printable(run.task.id), printable(again),
-            )  # fmt: skip
+            self._not_retried(run.task, again)
 
     def _ack_loop(self) -> None:
         while not self._finished.is_set():
@@ -451,7 +397,7 @@ class Worker(WorkerBase):
             self._counters.timed_out += 1
             error = TimeoutError(f"handler timed out after {timeout}s (abandoned)")
             try:
-                self._settle(queue, run, error, None, now - run.started, now)
+                self._settle(queue, run, error, None, now)
             except Exception as exc:  # the worker's own code failed on this task
                 self._recover(queue, run, "timeout", exc)
             self._runners.append(
