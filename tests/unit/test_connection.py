@@ -109,7 +109,7 @@ def test_default_url_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         ("NOSCRIPT No matching script", Failure.NOSCRIPT),
         ("MOVED 3999 127.0.0.1:7001", Failure.MOVED),
         ("ASK 3999 127.0.0.1:7001", Failure.ASK),
-        ("READONLY You can't write against a read only replica.", Failure.RETRY),
+        ("READONLY You can't write against a read only replica.", Failure.DEMOTED),
         ("MASTERDOWN Link with MASTER is down", Failure.RETRY),
         ("NOREPLICAS Not enough good replicas to write.", Failure.RETRY),
         ("LOADING Redis is loading the dataset in memory", Failure.RETRY),

@@ -189,11 +189,17 @@ def pubsub_connection(client: Any, address: tuple[str, int] | None) -> Any:
     return node.connection_class(**node.connection_kwargs)
 
 
+def connected(conn: Any) -> bool:
+    """Whether ``conn`` is connected (a pool's ``disconnect()`` may have closed it under a
+    caller that keeps it checked out)."""
+    return bool(conn.is_connected)
+
+
 async def ensure_connected(conn: Any) -> None:
     """Connect ``conn`` through its own ``connect()``: redis-py's send path reconnects with
     the base class's, which makes a Sentinel connection dial the old master's address again
     instead of asking the sentinels where the master is now."""
-    if not conn.is_connected:
+    if not connected(conn):
         await conn.connect()
 
 

@@ -217,6 +217,7 @@ class Failure(StrEnum):
     """What a failed call means for the runner."""
 
     RETRY = "retry"  # try again (after a pause), perhaps on another node or a new master
+    DEMOTED = "demoted"  # a master turned replica (failover): try again on a new connection
     NOSCRIPT = "noscript"  # the server lost its script cache (restart, failover): load, resend
     MOVED = "moved"  # the slot lives elsewhere now: follow it at once
     ASK = "ask"  # the slot is migrating: ask the target node, this once
@@ -226,7 +227,6 @@ class Failure(StrEnum):
 
 # Error replies that mean "not here, not now": the call did not run and may be sent again.
 _TRANSIENT_REPLIES = (
-    "READONLY",  # a demoted master (failover): find the new one
     "MASTERDOWN",  # a replica that lost its master
     "NOREPLICAS",  # min-replicas-to-write not met right now
     "LOADING",  # a restarted server still loading its data set
@@ -257,6 +257,8 @@ def classify_reply(message: str) -> Failure:
         return Failure.MOVED
     if head == "ASK":
         return Failure.ASK
+    if head == "READONLY":
+        return Failure.DEMOTED
     if head in _TRANSIENT_REPLIES:
         return Failure.RETRY
     return Failure.FATAL

@@ -205,11 +205,17 @@ def write(conn: Any, commands: Sequence[Sequence[Any]]) -> None:
     conn.send_packed_command(connection.packed(commands, conn.pack_commands))
 
 
+def connected(conn: Any) -> bool:
+    """Whether ``conn`` is connected (a pool's ``disconnect()`` may have closed it under a
+    caller that keeps it checked out)."""
+    return conn._sock is not None
+
+
 def ensure_connected(conn: Any) -> None:
     """Connect ``conn`` through its own ``connect()``: redis-py's send path reconnects with
     the base class's, which makes a Sentinel connection dial the old master's address again
     instead of asking the sentinels where the master is now."""
-    if conn._sock is None:
+    if not connected(conn):
         conn.connect()
 
 

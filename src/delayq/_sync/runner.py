@@ -575,6 +575,8 @@ class Runner:
             kept.lose()
             kept.conn = self._client.connection_pool.get_connection()
             self._kept_pid = backend.process_id()
+        elif not backend.connected(kept.conn):
+            kept.lose()  # closed under it (a Sentinel switch disconnects the pool)
         return kept.conn
 
     def _through_client(self, commands: Sequence[Command]) -> list[Any]:
@@ -608,6 +610,7 @@ class Runner:
             deadline = backend.monotonic() + self.reconnect_s
         backoff, failures = Backoff(), 0
         while True:
+            self._check_open()  # close() during a pause: the call does not go out after it
             if watch is not None and not watch.wait(deadline):
                 # A Sentinel promotion is under way and the call's time ran out meanwhile:
                 # sending it now would reach the master that is being replaced.
@@ -630,6 +633,8 @@ class Runner:
                         f"Redis at {self.where} is a cluster node: connect with "
                         "redis+cluster://host:port[,host:port...] or pass a RedisCluster client"
                     ) from exc
+                if kind is Failure.DEMOTED:
+                    self._redial()
                 error = exc
             except _LOST as exc:
                 if classify_connection_error(exc) is Failure.UNREACHABLE and not self._connected:
@@ -674,6 +679,22 @@ class Runner:
         if self._outage.pop("now", None) is not None:
             OUTAGES.back(self.where, self)
 
+    def _redial(self) -> None:
+        """A server answered as a replica: a failover demoted it. Its connections are closed,
+        so that the next try dials again and reaches the master wherever the address (a DNS
+        name, a virtual IP, the sentinels) now leads. A connection another call is using
+        meets the same answer and is closed by that call."""
+        if self._cluster:
+            self._forget_topology()
+            return
+        if self._kept.hold.take():
+            try:
+                if self._kept.conn is not None:
+                    self._drop_line(self._kept)
+            finally:
+                self._kept.hold.give()
+        self._client.connection_pool.disconnect(inuse_connections=False)
+
     def _forget_topology(self) -> None:
         """A node was lost: forget what MOVED taught and ask the cluster again."""
         self._slots.clear()
@@ -686,6 +707,11 @@ class Runner:
 def _write_posted(line: _Line, posted: Posted, command: Command) -> None:
     """Write ``command`` on ``line``, after the script's source the first time: a posted
     call that met NOSCRIPT would run only when its reply is read."""
+    if not backend.connected(line.conn):
+        # Closed under the line (a Sentinel switch disconnects the pool, a topology refresh
+        # a node's): the replies of the calls posted on it went with it, and it reconnects
+        # to a server that may not have the script.
+        line.lose()
     load = None if posted.op in line.loaded else Posted(posted.op, (), ())  # reply dropped
     commands = (
         [command] if load is None else [("SCRIPT", "LOAD", script(posted.op).source), command]
