@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from delayq import AsyncDelayQueue, DelayQueue, Offer, TaskState, Worker
+from delayq import AsyncDelayQueue, DelayQueue, Offer, TaskState, Worker, connect
 from delayq._sync.reshard import finish_reshard, reshard
 from delayq.embedded import EmbeddedCluster, EmbeddedRedis
 from delayq.outbox import Outbox, Relay
@@ -227,6 +228,52 @@ def test_a_consumer_opened_before_a_reshard_follows_it(
             got.add(task.id)
             task.ack()
         assert got == ids and consumer.shards == 4
+
+
+def test_at_most_once_tasks_fetched_ahead_outlive_the_end_of_a_reshard(
+    redis7_server: EmbeddedRedis, prefix: str
+) -> None:
+    """An at-most-once consumer fetches ahead: those tasks are in no Redis any more, so a
+    reshard may be finished under it. They are still handed out after the consumer has read
+    the new layout, and what it holds at close() goes back to the new layout (before: the
+    first were never handed out, and the rest, put back on the retired sub-queue, were
+    refused and lost)."""
+    url = redis7_server.url
+    with DelayQueue("r", url, prefix=prefix, create=True) as producer:
+        producer.offer_many([(n, 0) for n in range(6)])
+    reshard("r", url, shards=2, prefix=prefix)  # "r" itself is now the previous layout
+    consumer = DelayQueue("r", url, prefix=prefix, ack=False, safety_interval=1)
+    try:
+        got = [consumer.take().payload, consumer.take().payload]  # a loop: the second
+        with DelayQueue("r", url, prefix=prefix) as observer:  # take fetched the rest ahead
+            assert observer.stats().total == 0
+        finish_reshard("r", url, prefix=prefix, grace=0)  # allowed: "r" holds no task
+        time.sleep(1.1)  # the consumer's layout is older than its safety interval now
+        third = consumer.poll(timeout=5)  # the layout is read again first
+        assert third is not None
+        got.append(third.payload)
+    finally:
+        consumer.close()  # the three it still holds go back, due now
+    with DelayQueue("r", url, prefix=prefix) as drainer:
+        while (task := drainer.poll(timeout=2)) is not None:
+            got.append(task.payload)
+            task.ack()
+    assert sorted(got) == list(range(6))
+
+
+def test_a_reshard_to_a_close_count_counts_each_task_once(
+    redis7_server: EmbeddedRedis, prefix: str
+) -> None:
+    """4 and 5 shards of a queue share a sub-queue: while the reshard runs, the queue's and
+    the handle's stats count its tasks once (before: twice)."""
+    url = redis7_server.url
+    with DelayQueue("promo", url, prefix=prefix, shards=4) as q:
+        q.offer_many([(n, 60) for n in range(400)])
+    reshard("promo", url, shards=5, prefix=prefix)
+    with DelayQueue("promo", url, prefix=prefix) as q, connect(url, prefix=prefix) as conn:
+        assert q.stats().total == 400
+        (stats,) = conn.stats(["promo"])
+        assert stats.total == 400
 
 
 def test_a_task_points_at_the_logical_queue(redis7_server: EmbeddedRedis, prefix: str) -> None:

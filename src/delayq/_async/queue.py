@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import logging
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -191,9 +192,10 @@ class _Routes:
     previous: list[AsyncShard]  # a reshard's previous layout: drained, not offered to
     read_at: float
 
-    @property
+    @functools.cached_property
     def every(self) -> list[AsyncShard]:
-        return self.current + self.previous
+        """Each shard once: close counts share a sub-queue (4 and 5 shards: ``~0.3``)."""
+        return self.current + [shard for shard in self.previous if shard not in self.current]
 
     def home(self, route: str) -> AsyncShard:
         """The shard of a routing value (a dedup key or a task id) in the current layout."""
@@ -1028,8 +1030,9 @@ class AsyncDelayQueue(Generic[PayloadT]):
         channel announces an earlier one; the wait sleeps until the earliest of them."""
         self._check_open()
         routes = await self._routes()
-        for shard in routes.every:  # tasks an ack fetched ahead first: they cost no round trip
-            watch = self._watch(shard)
+        # Tasks fetched ahead first: they cost no round trip. Every shard's, a shard that a
+        # finished reshard retired since included: at-most-once ones are in no Redis now.
+        for watch in list(self._watches.values()):
             if watch.ahead.tasks:
                 tasks = await self._from_ahead(watch, count)
                 if tasks:
@@ -1176,8 +1179,8 @@ class AsyncDelayQueue(Generic[PayloadT]):
             )
             for t in tasks
         ]
-        try:
-            await shard.write_offers(self._dedup, specs, [False] * len(specs))
+        try:  # on their shard, or where the layout puts them if a reshard retired it
+            await self._write_to(shard, self._dedup, specs, [False] * len(specs))
         except Exception as exc:  # Redis away: they are lost, as a crash would lose them
             log.error(
                 "delayq: %d task(s) fetched ahead at-most-once by %s could not be put back "
