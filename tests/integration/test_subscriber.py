@@ -172,7 +172,9 @@ def test_channels_leave_the_live_connection_and_the_last_one_closes_it(
         wait_until(
             lambda: not [t for t in threading.enumerate() if t.name.startswith("delayq:pubsub")]
         )
-        b.start()  # a handle may listen again
+        b.start()  # a closed handle stays closed
+        assert runner.subscriber.connections == 0
+        runner.subscriber.notifier(second).start()  # a new one listens again
         assert numsub(port, second) == 1 and pubsub_clients(port, name) == 1
     finally:
         runner.close()

@@ -177,6 +177,29 @@ def test_channels_count_handles_and_remember_which_were_live() -> None:
     assert list(channels) == [SHARD, CLASSIC]
 
 
+def test_a_channel_whose_handles_stopped_waiting_tells_them_to_look_when_it_goes_live() -> None:
+    channels: Channels[str] = Channels()
+    channels.gave_up(CLASSIC)  # no handle on it: nothing to remember
+    assert channels.join(CLASSIC, "a") and not channels.went_live(CLASSIC)
+    assert channels.leave(CLASSIC, "a") and channels.join(CLASSIC, "a")
+    channels.gave_up(CLASSIC)
+    assert channels.went_live(CLASSIC)  # the first time, but "a" looked without it
+
+
+def test_a_stalled_connection_stays_stalled_until_the_server_answers_a_subscription() -> None:
+    state = LinkState()
+    state.add(CLASSIC)
+    state.add(SHARD)
+    state.connect()
+    state.stalled = True  # a start gave up waiting
+    assert state.on_reply([b"pong", b""]) is None and state.stalled
+    assert confirm(state, "subscribe", CLASSIC) == Live(CLASSIC) and not state.stalled
+    assert isinstance(confirm(state, "message", CLASSIC), Deliver)
+    state.stalled = True
+    state.remove(SHARD)  # before its SSUBSCRIBE was answered: no Live, an answer all the same
+    assert confirm(state, "ssubscribe", SHARD) is None and not state.stalled
+
+
 def test_regroup_moves_only_the_channels_served_elsewhere() -> None:
     homes = {"a": ("n1", 1), "b": ("n2", 2), "c": ("n2", 2), "d": ("n3", 3)}
     moves = regroup(["d", "c", "b", "a"], ("n1", 1), homes.__getitem__)

@@ -531,6 +531,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         shared = self._shared
         shard = shared.engines.get(name)
         if shard is None:
+            self._check_open()  # closed while its layout was read: no shard to subscribe after
             keys = QueueKeys(self._keys.prefix, name, sharded_channel=shared.sharded_channel)
             shard = shared.engines[name] = AsyncShard(
                 shared.runner, keys, shared.settings, shared.bell

@@ -93,13 +93,17 @@ class LinkState:
     server refuses SSUBSCRIBE. One command per channel, so that an error reply names one.
     """
 
-    __slots__ = ("_pinged", "_sent", "connected", "live", "sharded", "wanted")
+    __slots__ = ("_pinged", "_sent", "connected", "live", "sharded", "stalled", "wanted")
 
     def __init__(self, sharded: bool = True) -> None:
         self.sharded = sharded
         self.wanted: set[str] = set()  # the channels this connection should carry
         self.live: set[str] = set()  # confirmed by the server on the current connection
         self.connected = False
+        # A handle's start gave up waiting for a channel here, and the server has answered no
+        # (un)subscription since (an outage, a connection that does not answer): later starts
+        # do not wait, one wait told all there was to tell. The next answer ends it.
+        self.stalled = False
         self._sent: collections.deque[tuple[str, str]] = collections.deque()  # unanswered
         self._pinged = False
 
@@ -167,6 +171,7 @@ class LinkState:
         if kind in _SUBSCRIBES or kind in _UNSUBSCRIBES:
             if self._sent and self._sent[0] == (kind, channel):
                 self._sent.popleft()
+                self.stalled = False
                 if kind in _UNSUBSCRIBES or channel not in self.wanted or channel in self.live:
                     return None
                 self.live.add(channel)
@@ -184,6 +189,7 @@ class LinkState:
         if not self._sent:
             return Broken(f"unexpected error reply: {message}")
         verb, channel = self._sent.popleft()
+        self.stalled = False
         kind = classify_reply(message)
         if kind is Failure.MOVED or kind is Failure.ASK:
             _, host, port = redirect_of(message)
@@ -202,14 +208,16 @@ class LinkState:
 
 class Channels(Generic[H]):
     """Every channel a subscriber carries: the handles that listen on each, and which channels
-    were live once (a channel that comes back after a reconnect or a move may have missed
-    messages meanwhile: its handles hear "unknown, look at Redis")."""
+    their handles rely on, live or not (live once, or waited for in vain): when such a channel
+    goes live (again) its handles hear "unknown, look at Redis", as messages may have been
+    published while no connection carried it (a reconnect, a move, a first subscription that
+    came after its handles had stopped waiting)."""
 
-    __slots__ = ("_handles", "_seen")
+    __slots__ = ("_handles", "_relied_on")
 
     def __init__(self) -> None:
         self._handles: dict[str, list[H]] = {}
-        self._seen: set[str] = set()
+        self._relied_on: set[str] = set()
 
     def __contains__(self, channel: object) -> bool:
         return channel in self._handles
@@ -238,14 +246,20 @@ class Channels(Generic[H]):
         if handles:
             return False
         del self._handles[channel]
-        self._seen.discard(channel)
+        self._relied_on.discard(channel)
         return True
 
+    def gave_up(self, channel: str) -> None:
+        """A handle stopped waiting for ``channel`` to go live: it looks at Redis without it."""
+        if channel in self._handles:
+            self._relied_on.add(channel)
+
     def went_live(self, channel: str) -> bool:
-        """``channel`` is live (again); whether it had been live before."""
-        again = channel in self._seen
-        self._seen.add(channel)
-        return again
+        """``channel`` is live (again); whether its handles must look at Redis: it had been
+        live before, or they had stopped waiting for it."""
+        missed = channel in self._relied_on
+        self._relied_on.add(channel)
+        return missed
 
 
 def regroup(channels: Iterable[str], here: A, home: Callable[[str], A]) -> dict[A, list[str]]:

@@ -530,6 +530,7 @@ class DelayQueue(Generic[PayloadT]):
         shared = self._shared
         shard = shared.engines.get(name)
         if shard is None:
+            self._check_open()  # closed while its layout was read: no shard to subscribe after
             keys = QueueKeys(self._keys.prefix, name, sharded_channel=shared.sharded_channel)
             shard = shared.engines[name] = Shard(shared.runner, keys, shared.settings, shared.bell)
         return shard

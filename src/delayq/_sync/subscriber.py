@@ -9,10 +9,11 @@ slot on a cluster. Channels are subscribed and unsubscribed on the live connecti
 
 A connection lost is dialled again with the runner's backoff; its channels are subscribed
 again and every handle hears None ("unknown, look at Redis"), when the connection is lost
-and again once it is back. On a cluster a channel whose slot moved follows it to its new
-node. A Sentinel failover (``+switch-master`` seen by the runner's watch) drops the
-connection at once, so that it subscribes on the new master instead of waiting for
-Sentinel to demote the old one.
+and again once it is back; so do the handles of a channel that goes live only after they
+stopped waiting for it (an offer may have been announced before). On a cluster a channel
+whose slot moved follows it to its new node. A Sentinel failover (``+switch-master`` seen by
+the runner's watch) drops the connection at once, so that it subscribes on the new master
+instead of waiting for Sentinel to demote the old one.
 
 The logic is in ``_core/subscriptions.py``; this shell does the I/O, each connection through
 a ``backend.Wire`` (a task that reads it; threads: a thread that alone reads and writes it).
@@ -58,7 +59,9 @@ log = logging.getLogger("delayq")
 
 Address = tuple[str, int] | None  # a cluster node; None: the one server of any other client
 UNPLACED: Address = ("", 0)  # a cluster channel whose node is not known yet
-START_WAIT_S = 1.0  # how long start() waits for a first subscription to go live
+# How long a handle's first start() waits for its channel to go live; once per stall of a
+# connection (LinkState.stalled), so that the shards of a queue do not wait one by one.
+START_WAIT_S = 1.0
 
 
 class Notifier:
@@ -74,21 +77,25 @@ class Notifier:
         self.channel = channel
         self._bell = bell
         self._joined = False
-        self._was_live = False
+        self._waited = False  # a start waited for the channel: it went live, or hears so later
+        self._closed = False
         self._lock = backend.Lock()
         self._changed = backend.Bell()
         self._log = WakeLog()
 
     def start(self) -> None:
-        """Subscribe (once); returns when the subscription is live or after a short wait."""
+        """Subscribe (once; never after ``close()``). Until one call has waited for the
+        subscription to go live (or given up after a short wait: the handle hears None when
+        it does go live), each call waits so."""
         subscriber = self._subscriber
         if subscriber._pid != backend.process_id():
             subscriber._forked()
-        if not self._joined:
+        if not self._joined and not self._closed:
             self._joined = True
             subscriber._join(self)
-        if not self._was_live:
-            self._was_live = subscriber._until_live(self.channel, START_WAIT_S)
+        if self._joined and not self._waited:
+            subscriber._until_live(self.channel)
+            self._waited = True
 
     def mark(self) -> int:
         return self._log.generation
@@ -113,9 +120,11 @@ class Notifier:
             self._bell.ring()
 
     def close(self) -> None:
-        """Unsubscribe this handle (the connection closes with its last channel)."""
+        """Unsubscribe this handle for good (the connection closes with its last channel):
+        a ``start()`` still on its way does not subscribe it again."""
+        self._closed = True
         if self._joined:
-            self._joined = self._was_live = False
+            self._joined = False
             self._subscriber._leave(self)
             self._push(None)  # waiters look at the queue again, and find it closed
 
@@ -170,7 +179,7 @@ class Subscriber:
         for link in links:
             link.wire.close()
         for handle in handles:
-            handle._joined = handle._was_live = False
+            handle._joined = False
             handle._push(None)
 
     # -- channels ---------------------------------------------------------------------------
@@ -220,14 +229,27 @@ class Subscriber:
             link.wire.start(link._run, f"delayq:pubsub:{link.where}")
         link.add(channel)
 
-    def _until_live(self, channel: str, timeout: float) -> bool:
-        self._live_news.wait(
-            lambda: self._is_live(channel) or channel not in self._channels, timeout
-        )
-        return self._is_live(channel)
+    def _until_live(self, channel: str) -> None:
+        """Wait up to START_WAIT_S for ``channel`` to go live, unless its connection stalls.
+        Given up, its handles hear None when it does go live."""
+        with self._lock:
+            link = self._link_of(channel)
+            stalled = link is not None and link.state.stalled
+        if not stalled:
+            self._live_news.wait(
+                lambda: self._is_live(channel) or channel not in self._channels, START_WAIT_S
+            )
+        with self._lock:
+            link = self._link_of(channel)
+            if link is not None and channel not in link.state.live:
+                link.state.stalled = True
+                self._channels.gave_up(channel)
+
+    def _link_of(self, channel: str) -> _Link | None:
+        return self._links.get(self._home.get(channel, UNPLACED))
 
     def _is_live(self, channel: str) -> bool:
-        link = self._links.get(self._home.get(channel, UNPLACED))
+        link = self._link_of(channel)
         return link is not None and channel in link.state.live
 
     # -- what a connection heard ------------------------------------------------------------
@@ -240,9 +262,9 @@ class Subscriber:
 
     def _went_live(self, channel: str) -> None:
         with self._lock:
-            again = self._channels.went_live(channel)
-        if again:
-            self._deliver([channel], None)  # back after a loss or a move: news may be missed
+            missed = self._channels.went_live(channel)
+        if missed:
+            self._deliver([channel], None)  # its handles went on without it: news may be missed
         self._live_news.ring()
 
     def _moved(self, link: _Link, channel: str, address: Address) -> None:
