@@ -256,7 +256,9 @@ class DelayQueue(Generic[PayloadT]):
         safety_interval: longest sleep between looks at Redis when no message arrives. Every
             change that makes a task due earlier is announced on the queue's channel, and a
             reconnect of the listener triggers a look, so this only bounds the cost of a lost
-            message; an idle consumer makes one script call per interval.
+            message; an idle consumer makes one script call per interval. On a queue of N
+            shards that is one look per interval in all, each shard's every N intervals: a
+            message lost there costs up to N intervals.
         reconnect_timeout: how long a call keeps retrying a lost connection or a failover
             before it raises :class:`RedisUnavailable` (``take`` retries for ever). None: 10 s
             on a single server, 40 s through Sentinel, 25 s on a cluster (a failover with the
