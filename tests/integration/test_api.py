@@ -492,6 +492,38 @@ async def test_key_ttl_keeps_the_key_blocked_after_ack(queue, client) -> None:
     assert await counts(q) == (1, 0, 0, 0)
 
 
+async def test_the_same_offer_with_its_own_id_after_the_task_finished_is_existing(
+    queue,
+) -> None:
+    """A producer's late retry of an offer with its own id and a key kept after the task
+    finished (what key_ttl is for) finds the task done, not a conflict (before:
+    TaskIdConflict, "held by a task with other content", though no task held it)."""
+    q = queue()
+    first = await q.offer({"n": 1}, id="order-1", key="order-1", key_ttl=60)
+    task = await q.poll(timeout=5)
+    assert task is not None and task.id == "order-1"
+    await task.ack()
+    again = await q.offer({"n": 1}, id="order-1", key="order-1", key_ttl=60)
+    assert again == first and again.outcome == "existing"
+    assert await counts(q) == (0, 0, 0, 0)  # not run twice
+
+
+async def test_at_most_once_keyed_tasks_fetched_ahead_go_back_on_close(queue) -> None:
+    """At-most-once, a take() loop fetches ahead; close() puts back what it never handed
+    out. Tasks with a key kept after them (key_ttl: their fetch finished them) are put back
+    too, their keys theirs again (before: deduplicated away, lost without a word)."""
+    producer = queue()
+    await producer.offer_many([Offer(i, 0, key=f"k{i}", key_ttl=300) for i in range(20)])
+    consumer = queue(ack=False)
+    handed = [(await consumer.take()).payload for _ in range(4)]  # the rest fetched ahead
+    await consumer.close()
+    drainer = queue(ack=False)
+    rest = []
+    while (task := await drainer.poll(timeout=3)) is not None:
+        rest.append(task.payload)
+    assert sorted(handed + rest) == list(range(20))
+
+
 async def test_key_ttl_does_not_block_after_cancel(queue) -> None:
     q = queue()
     first = await q.offer("a", 60, key="k", key_ttl=60)

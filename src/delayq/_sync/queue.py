@@ -1178,7 +1178,7 @@ class DelayQueue(Generic[PayloadT]):
             for t in tasks
         ]
         try:  # on their shard, or where the layout puts them if a reshard retired it
-            self._write_to(shard, self._dedup, specs, [False] * len(specs))
+            self._write_to(shard, DedupMode.HANDED_BACK, specs, [False] * len(specs))
         except Exception as exc:  # Redis away: they are lost, as a crash would lose them
             log.error(
                 "delayq: %d task(s) fetched ahead at-most-once by %s could not be put back "

@@ -1,7 +1,9 @@
 -- offer: schedule a batch of tasks.
 -- KEYS:  the queue key set (see _lib.lua).
 -- ARGV[1] dedup mode for keyed tasks: 'keep' (return the live task) or 'replace' (update a
---         pending task's payload and due time: debounce)
+--         pending task's payload and due time: debounce); 'back' as 'keep', for at-most-once
+--         tasks a consumer fetched but never handed out: a key kept for the task's own id
+--         (its fetch finished it) is the task's again
 -- ARGV[2] who offers (host/pid), for the task histories of a queue that keeps them
 -- ARGV[3..] groups of 4 fields per task:
 --         id;
@@ -116,12 +118,13 @@ for i = 0, n - 1 do
     holder = id
   elseif key ~= '' and not (fresh and not fresh[i + 1]) then
     holder = holder_of(key)
+    if holder == id and mode == 'back' then holder = nil end
   end
 
   if fresh and not fresh[i + 1] then
     reply[#reply + 1] = id
     reply[#reply + 1] = 4
-  elseif holder == id and held ~= envelope then
+  elseif held and held ~= envelope then
     reply[#reply + 1] = id
     reply[#reply + 1] = 3
   elseif holder and holder ~= id and mode == 'replace' and redis.call('ZSCORE', K_DELAYED, holder) then
@@ -135,7 +138,8 @@ for i = 0, n - 1 do
     if h then hist_note(holder, now, 'replaced', 'by ' .. origin .. ', ' .. hist_due(due, now)) end
     reply[#reply + 1] = holder
     reply[#reply + 1] = 2
-  elseif holder then
+  elseif holder then  -- the key's task, or this one again: the same content, or its key
+    -- kept after it finished (a producer's late retry must not run it twice)
     reply[#reply + 1] = holder
     reply[#reply + 1] = 0
   else
