@@ -40,6 +40,10 @@ HELPERS_END_S = 10.0
 Handler = Callable[[AsyncTask], Awaitable[Any]]
 
 
+class _TimedOut(Exception):
+    """The worker's ``timeout`` cut a handler off (not a TimeoutError of the handler's own)."""
+
+
 @dataclass(eq=False)
 class _Run(Delivery):
     runner: asyncio.Task[Any] | None = None  # the runner task handling it
@@ -127,8 +131,11 @@ class AsyncWorker(WorkerBase):
         self._metrics.worker_started([q.name for q in self._queues])
         helpers = [
             self._start("ack", self._ack_loop),
-            self._start("heartbeat", self._heartbeat_loop),
             self._start("health", self._health_loop),
+            *(  # one per queue: a queue whose Redis is away holds up no other's leases
+                self._start("heartbeat", functools.partial(self._heartbeat_loop, i), i)
+                for i in range(len(self._queues))
+            ),
         ]
         fetchers = [
             self._start("fetch", functools.partial(self._fetch_loop, i), i)
@@ -256,8 +263,14 @@ class AsyncWorker(WorkerBase):
     async def _call_handler(self, task: AsyncTask) -> Any:
         if self._options.timeout is None:
             return await self._handler(task)
-        async with asyncio.timeout(self._options.timeout):
-            return await self._handler(task)
+        limit = asyncio.timeout(self._options.timeout)
+        try:
+            async with limit:
+                return await self._handler(task)
+        except TimeoutError as exc:
+            if limit.expired():  # the worker's timeout cut the handler off
+                raise _TimedOut from exc
+            raise  # the handler's own (a client of its timed out): its error
 
     async def _process(self, queue: AsyncDelayQueue, run: Delivery) -> None:
         task, hooks, name = run.task, self._hooks, queue.name
@@ -277,10 +290,10 @@ class AsyncWorker(WorkerBase):
             if self._stopping.is_set():
                 raise  # shutdown past the grace period: the task is handed back
             error = TimeoutError("handler cancelled")
-        except TimeoutError as exc:
+        except _TimedOut as exc:
             self._counters.timed_out += 1
             error = TimeoutError(f"handler timed out after {self._options.timeout}s")
-            error.__cause__ = exc
+            error.__cause__ = exc.__cause__
         except Exception as exc:  # the worker never dies from a task
             error = exc
         now = time.monotonic()
@@ -355,21 +368,19 @@ class AsyncWorker(WorkerBase):
             self._internal_error("ack", queue.name, task.id, exc)
             return None
 
-    async def _heartbeat_loop(self) -> None:
-        """Keep every held lease (buffered or running) alive while this worker has it."""
+    async def _heartbeat_loop(self, index: int) -> None:
+        """Keep every lease held on queue ``index`` alive while this worker has it."""
         beat = self._options.heartbeat_s(self._queues)
+        queue, lease_s = self._queues[index], self._policies[index].visibility_timeout
         while not self._helpers_end.is_set():
             await _sleep_unless(self._helpers_end, beat)
-            if self._helpers_end.is_set():
-                return
-            for index, task in self._ledger.to_extend():
-                queue, lease_s = self._queues[index], self._policies[index].visibility_timeout
-                if lease_s is None:
-                    continue  # at-most-once: no lease to keep
+            if self._helpers_end.is_set() or lease_s is None:  # at-most-once: no lease
+                continue
+            for task in self._ledger.to_extend(index):
                 try:
                     begun = time.monotonic()
                     await queue.extend(task, lease_s)
-                    self._heartbeat_trouble.succeeded()
+                    self._heartbeat_trouble[index].succeeded()
                     start_by = self._start_by(index, begun)
                     if start_by is not None:
                         self._ledger.extended(index, task, start_by)
@@ -379,7 +390,7 @@ class AsyncWorker(WorkerBase):
                             "delayq worker: lease on %s expired while held", printable(task.id)
                         )
                 except DelayqError as exc:
-                    self._heartbeat_trouble.failed(exc)  # logged once per outage
+                    self._heartbeat_trouble[index].failed(exc)  # logged once per outage
                 except Exception as exc:  # not Redis: let this lease run out, keep the others
                     self._ledger.given_back(index, task)
                     self._internal_error("heartbeat", queue.name, task.id, exc)

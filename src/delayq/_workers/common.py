@@ -365,7 +365,7 @@ class WorkerBase:
         names = [q.name for q in self._queues]
         self._fetch_trouble = [RedisTrouble(f"fetch from {n}", n) for n in names]
         self._ack_trouble = [RedisTrouble(f"acks on {n}", n) for n in names]
-        self._heartbeat_trouble = RedisTrouble("lease heartbeat", ", ".join(names))
+        self._heartbeat_trouble = [RedisTrouble(f"lease heartbeat on {n}", n) for n in names]
 
     def _start_by(self, index: int, confirmed_at: float) -> float | None:
         """Until when a waiting task of queue ``index`` whose lease Redis last confirmed at
@@ -388,7 +388,7 @@ class WorkerBase:
 
     def _forget_troubles(self) -> None:
         """The worker stopped: its loops wait on no outage (outages.py)."""
-        for trouble in [*self._fetch_trouble, *self._ack_trouble, self._heartbeat_trouble]:
+        for trouble in [*self._fetch_trouble, *self._ack_trouble, *self._heartbeat_trouble]:
             trouble.close()
 
     def health(self) -> WorkerHealth:

@@ -275,9 +275,11 @@ class Ledger(Generic[D]):
 
     # -- heartbeat --------------------------------------------------------------------------
 
-    def to_extend(self) -> list[tuple[int, Any]]:
-        """The leases to extend now: every one held, waiting or running, and not done."""
-        return [(i, t) for (i, _), t in self._held.items() if not self._is_settling(i, t)]
+    def to_extend(self, index: int) -> list[Any]:
+        """The leases of queue ``index`` to extend now: every one held, waiting, running or
+        done with its ack not yet through (an ack held up, its Redis away, must not let the
+        lease lapse: the task would run again)."""
+        return [t for (i, _), t in self._held.items() if i == index]
 
     def lease_lost(self, index: int, task: Any) -> bool:
         """The heartbeat found ``task``'s lease gone. True if that is news to report: the task

@@ -133,6 +133,10 @@ class Worker(WorkerBase):
         helpers = [
             self._thread(self._ack_loop, name="ack"),
             self._thread(self._upkeep_loop, name="upkeep"),
+            *(  # one per queue: a queue whose Redis is away holds up no other's leases
+                self._thread(self._heartbeat_loop, i, name="heartbeat", queue=q.name)
+                for i, q in enumerate(self._queues)
+            ),
         ]
         log.info(
             "delayq worker started: queues=%s concurrency=%d",
@@ -360,21 +364,24 @@ class Worker(WorkerBase):
             return None
 
     def _upkeep_loop(self) -> None:
-        """Heartbeat (extend held leases), timeouts and the health file."""
-        beat = self._options.heartbeat_s(self._queues)
-        next_beat = time.monotonic() + beat
+        """Timeouts and the health file."""
         next_health = 0.0
-        while not self._finished.is_set():  # heartbeats go on through the grace period
+        while not self._finished.is_set():
             now = time.monotonic()
             if self._options.timeout is not None:
                 self._abandon_overdue(now)
-            if now >= next_beat:
-                self._extend_held()
-                next_beat = now + beat
             if now >= next_health:
                 self._write_health()
                 next_health = now + 1.0
             self._finished.wait(0.05)
+
+    def _heartbeat_loop(self, index: int) -> None:
+        """Keep every lease held on queue ``index`` alive while this worker has it (through
+        the grace period too)."""
+        beat = self._options.heartbeat_s(self._queues)
+        while not self._finished.wait(beat):
+            if self._policies[index].visibility_timeout is not None:  # at-most-once: none
+                self._extend_held(index)
 
     def _abandon_overdue(self, now: float) -> None:
         timeout = self._options.timeout
@@ -404,17 +411,15 @@ class Worker(WorkerBase):
                 self._thread(self._run_loop, run.index, name="run", queue=queue.name)
             )
 
-    def _extend_held(self) -> None:
+    def _extend_held(self, index: int) -> None:
+        queue, lease_s = self._queues[index], self._policies[index].visibility_timeout
         with self._lock:
-            held = self._ledger.to_extend()
-        for index, task in held:
-            queue, lease_s = self._queues[index], self._policies[index].visibility_timeout
-            if lease_s is None:
-                continue  # at-most-once: no lease to keep
+            held = self._ledger.to_extend(index)
+        for task in held:
             try:
                 begun = time.monotonic()
                 queue.extend(task, lease_s)
-                self._heartbeat_trouble.succeeded()
+                self._heartbeat_trouble[index].succeeded()
                 start_by = self._start_by(index, begun)
                 if start_by is not None:
                     with self._lock:
@@ -425,7 +430,7 @@ class Worker(WorkerBase):
                 if news:
                     log.warning("delayq worker: lease on %s expired while held", printable(task.id))
             except DelayqError as exc:
-                self._heartbeat_trouble.failed(exc)  # logged once per outage
+                self._heartbeat_trouble[index].failed(exc)  # logged once per outage
             except Exception as exc:  # not Redis: let this lease run out, keep the others
                 with self._lock:
                     self._ledger.given_back(index, task)
