@@ -245,8 +245,8 @@ def test_a_handlers_own_timeout_error_is_its_error_not_a_worker_timeout(
         producer.offer({"n": 1}, delay=0, id="t1")
         state, thread = _run_async_worker(redis7_server.url, prefix, handler, timeout=timeout)
         w = state["worker"]
-        wait_until(lambda: w.health().failed >= 1, 10)
-        info = producer.get("t1")
+        # The failure is counted before it is recorded in Redis: wait for the record.
+        info = wait_until(lambda: (i := producer.get("t1")) is not None and i.last_error and i, 10)
         state["loop"].call_soon_threadsafe(w.stop)
         thread.join(15)
         health = w.health()
