@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from delayq import AsyncDelayQueue, AsyncWorker, Backoff, DelayQueue, Worker
+from delayq import AsyncDelayQueue, AsyncWorker, Backoff, DelayQueue, TaskState, Worker
 from delayq.embedded import EmbeddedRedis
 from tests.helpers import wait_until
 
@@ -254,3 +254,39 @@ def test_a_handlers_own_timeout_error_is_its_error_not_a_worker_timeout(
         assert "upstream HTTP call timed out" in (info.last_error or ""), info.last_error
     finally:
         producer.close()
+
+
+def test_a_fetch_that_gets_through_during_a_shutdown_is_handed_back(redis7_server, prefix):
+    """Thread Worker stopped during an outage: its fetch, riding the outage out, gets a task
+    once Redis is back. The shutdown waits for it and hands the task back (before: it waited
+    5 s for the fetcher, and the task stayed leased to the stopped worker for its lease)."""
+    server = EmbeddedRedis(redis7_server.binary, aof=True).start()
+    ran: list[str] = []
+    q = DelayQueue("q", server.url, prefix=prefix, safety_interval=0.5, visibility_timeout=60)
+    producer = DelayQueue("q", server.url, prefix=prefix)
+    try:
+        w = Worker(q, lambda t: ran.append(t.id), concurrency=1, grace=1.0)
+        handle = w.start_background()
+        wait_until(lambda: w.health().state == "running", 5)
+        producer.offer("X", delay=3.0, id="x")  # due while Redis is away
+        producer.close()
+        time.sleep(0.3)  # the worker heard of it: its fetch waits for its due time
+        server.kill()  # an outage (a failover...) begins
+        killed = time.monotonic()
+        time.sleep(0.5)  # the fetch is riding the outage out
+        stopper = threading.Thread(target=handle.stop, daemon=True)
+        stopper.start()  # a graceful stop during the outage
+        # The scenario's clock: Redis comes back past the old 5-s wait for the fetcher,
+        # within the queue's reconnect timeout (10 s).
+        time.sleep(max(0.0, killed + 6.5 - time.monotonic()))
+        server.start()
+        stopper.join(30)
+        assert not stopper.is_alive()
+        time.sleep(3)  # what a fetch let go by the shutdown would need to land (before)
+        with DelayQueue("q", server.url, prefix=prefix) as checker:
+            info = checker.get("x")
+        assert info is not None and info.state is not TaskState.INFLIGHT, info
+        assert ran == []  # not run by the stopping worker: handed back
+    finally:
+        q.close()
+        server.stop()

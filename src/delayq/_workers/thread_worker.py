@@ -439,8 +439,11 @@ class Worker(WorkerBase):
     # -- shutdown ---------------------------------------------------------------------------
 
     def _shutdown(self, fetchers: list[threading.Thread]) -> None:
+        # Fetchers end on their own within one poll timeout, or once their Redis answers or
+        # their reconnect timeout runs out: a fetch that got through after the hand-back
+        # below would keep its tasks leased to a stopped worker (as AsyncWorker, it waits).
         for thread in fetchers:
-            thread.join(5)
+            thread.join()
         # Fetched but not started: hand back at once, without counting an attempt.
         for index in range(len(self._queues)):
             with self._lock:
@@ -463,6 +466,10 @@ class Worker(WorkerBase):
                 self._ledger.ended(run)
         for run in cut_off:
             self._release(run.index, run.task)
+        with self._lock:  # anything else still held and not acked goes back too
+            left = self._ledger.unsettled()
+        for index, task in left:
+            self._release(index, task)
 
     def _release(self, index: int, task: Task) -> None:
         with self._lock:
