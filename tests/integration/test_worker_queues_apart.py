@@ -5,8 +5,12 @@ workers, each test failing before its fix)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -17,189 +21,129 @@ from tests.helpers import wait_until
 LEASE = 4.0
 
 
+@dataclass
+class Handled:
+    """What the worker's handlers did, by task id; ``release`` lets them return."""
+
+    started: dict[str, float] = field(default_factory=dict)
+    ended: dict[str, float] = field(default_factory=dict)
+    runs: list[tuple[str, int]] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+
+
+@contextlib.contextmanager
+def worker_on_two_servers(
+    kind: str, url_a: str, url_b: str, prefix: str, b_linger: float = 0.0
+) -> Iterator[Handled]:
+    """A Worker or an AsyncWorker (``kind``) on queue "a" of one server and "b" of another,
+    in a thread; its handlers run until ``release``, b1's ``b_linger`` s more."""
+    handled, state = Handled(), {}
+
+    def begin(task: Any) -> None:
+        handled.started[task.id] = time.monotonic()
+        handled.runs.append((task.id, task.attempts))
+
+    def sync_handler(task: Any) -> None:
+        begin(task)
+        handled.release.wait(25)
+        time.sleep(b_linger if task.id == "b1" else 0)
+        handled.ended[task.id] = time.monotonic()
+
+    async def async_handler(task: Any) -> None:
+        begin(task)
+        while not handled.release.is_set():
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(b_linger if task.id == "b1" else 0)
+        handled.ended[task.id] = time.monotonic()
+
+    options = {"concurrency": 2, "prefetch": 0, "grace": 0.5, "visibility_timeout": LEASE}
+
+    def main() -> None:
+        if kind == "thread":
+            queues = [
+                DelayQueue(name, url, prefix=prefix, safety_interval=0.5)
+                for name, url in (("a", url_a), ("b", url_b))
+            ]
+            state["worker"] = Worker(queues, sync_handler, **options)
+            state["worker"].run()
+            return
+
+        async def amain() -> None:
+            queues = [
+                AsyncDelayQueue(name, url, prefix=prefix, safety_interval=0.5)
+                for name, url in (("a", url_a), ("b", url_b))
+            ]
+            state["worker"] = AsyncWorker(queues, async_handler, **options)
+            state["loop"] = asyncio.get_running_loop()
+            await state["worker"].run()
+
+        asyncio.run(amain())
+
+    thread = threading.Thread(target=main, daemon=True)
+    thread.start()
+    try:
+        yield handled
+    finally:
+        handled.release.set()
+        if kind == "thread" and "worker" in state:
+            state["worker"].stop()
+        elif "loop" in state:
+            state["loop"].call_soon_threadsafe(state["worker"].stop)
+        thread.join(60)
+
+
+@pytest.fixture
+def other(redis7_server: EmbeddedRedis) -> Iterator[EmbeddedRedis]:
+    """The second server: queue "a" lives there."""
+    server = EmbeddedRedis(redis7_server.binary).start()
+    yield server
+    server.stop()
+
+
+def offer_a1_and_b1(other: EmbeddedRedis, redis7_server: EmbeddedRedis, prefix: str) -> None:
+    with DelayQueue("a", other.url, prefix=prefix) as pa:
+        pa.offer("A", delay=0, id="a1")
+    with DelayQueue("b", redis7_server.url, prefix=prefix) as pb:
+        pb.offer("B", delay=0, id="b1")
+
+
 @pytest.mark.parametrize("kind", ["thread", "async"])
-def test_a_queue_whose_redis_is_away_holds_up_no_other_queues_leases(redis7_server, prefix, kind):
+def test_a_queue_whose_redis_is_away_holds_up_no_other_queues_leases(
+    redis7_server: EmbeddedRedis, other: EmbeddedRedis, prefix: str, kind: str
+) -> None:
     """A worker on two queues on two servers, one of which goes away: the other queue's
     running task keeps its lease (before: its extensions waited behind the dead server's,
     one by one, and it was delivered to a second consumer while its handler ran)."""
-    other = EmbeddedRedis(redis7_server.binary).start()  # queue "a" lives here
-    release = threading.Event()
-    started: dict[str, float] = {}
-    ended: dict[str, float] = {}
-    state: dict = {}
-
-    def on_task(task):
-        started[task.id] = time.monotonic()
-
-    def sync_handler(task):
-        on_task(task)
-        release.wait(25)
-        ended[task.id] = time.monotonic()
-
-    async def async_handler(task):
-        on_task(task)
-        while not release.is_set():
-            await asyncio.sleep(0.05)
-        ended[task.id] = time.monotonic()
-
-    def main():
-        try:
-            if kind == "thread":
-                qa = DelayQueue("a", other.url, prefix=prefix, safety_interval=0.5)
-                qb = DelayQueue("b", redis7_server.url, prefix=prefix, safety_interval=0.5)
-                w = Worker(
-                    [qa, qb],
-                    sync_handler,
-                    concurrency=2,
-                    prefetch=0,
-                    grace=0.5,
-                    visibility_timeout=LEASE,
-                )
-                state["worker"] = w
-                w.run()
-            else:
-
-                async def amain():
-                    qa = AsyncDelayQueue("a", other.url, prefix=prefix, safety_interval=0.5)
-                    qb = AsyncDelayQueue("b", redis7_server.url, prefix=prefix, safety_interval=0.5)
-                    w = AsyncWorker(
-                        [qa, qb],
-                        async_handler,
-                        concurrency=2,
-                        prefetch=0,
-                        grace=0.5,
-                        visibility_timeout=LEASE,
-                    )
-                    state["worker"], state["loop"] = w, asyncio.get_running_loop()
-                    await w.run()
-
-                asyncio.run(amain())
-        except BaseException as exc:
-            state["error"] = exc
-
-    pa = DelayQueue("a", other.url, prefix=prefix)
-    pb = DelayQueue("b", redis7_server.url, prefix=prefix, visibility_timeout=LEASE)
-    thread = threading.Thread(target=main, daemon=True)
-    try:
-        pa.offer("A", delay=0, id="a1")
-        pb.offer("B", delay=0, id="b1")
-        pa.close()
-        thread.start()
-        wait_until(lambda: "a1" in started and "b1" in started, 10)
+    offer_a1_and_b1(other, redis7_server, prefix)
+    with (
+        worker_on_two_servers(kind, other.url, redis7_server.url, prefix) as handled,
+        DelayQueue("b", redis7_server.url, prefix=prefix, visibility_timeout=LEASE) as pb,
+    ):
+        wait_until(lambda: {"a1", "b1"} <= handled.started.keys(), 10)
         other.kill()  # queue a's Redis goes away; queue b's stays healthy
-        killed = time.monotonic()
         second = pb.poll(timeout=2 * LEASE + 2)  # another consumer of queue b
-        got_at = time.monotonic()
-        assert second is None, (
-            f"b1 was delivered to a second consumer {got_at - killed:.1f}s after the OTHER "
-            "queue's Redis went away, while the worker's handler of b1 was still running"
-        )
-    finally:
-        release.set()
-        if "worker" in state:
-            if kind == "thread":
-                state["worker"].stop()
-            else:
-                state["loop"].call_soon_threadsafe(state["worker"].stop)
-        thread.join(60)
-        pb.close()
-        other.stop()
+        assert second is None, "b1 went to a second consumer while its handler ran"
 
 
 @pytest.mark.parametrize("kind", ["thread", "async"])
 def test_a_done_task_keeps_its_lease_while_its_ack_waits_behind_another_queue(
-    redis7_server, prefix, kind
-):
+    redis7_server: EmbeddedRedis, other: EmbeddedRedis, prefix: str, kind: str
+) -> None:
     """The same two queues; both handlers succeed as the first server goes away: the healthy
     queue's ack waits behind the other's, and its lease is extended meanwhile (before: not,
     and the finished task ran again)."""
-    other = EmbeddedRedis(redis7_server.binary).start()  # queue "a" lives here
-    release = threading.Event()
-    started: dict[str, float] = {}
-    runs: list[tuple[str, int]] = []
-    ended: dict[str, float] = {}
-    state: dict = {}
-
-    def sync_handler(task):
-        started[task.id] = time.monotonic()
-        runs.append((task.id, task.attempts))
-        release.wait(25)
-        if task.id == "b1":  # a1's ack goes first, b1's comes while it is on its way
-            time.sleep(0.3)
-        ended[task.id] = time.monotonic()
-
-    async def async_handler(task):
-        started[task.id] = time.monotonic()
-        runs.append((task.id, task.attempts))
-        while not release.is_set():
-            await asyncio.sleep(0.02)
-        if task.id == "b1":  # a1's ack goes first, b1's comes while it is on its way
-            await asyncio.sleep(0.3)
-        ended[task.id] = time.monotonic()
-
-    def main():
-        try:
-            if kind == "thread":
-                qa = DelayQueue("a", other.url, prefix=prefix, safety_interval=0.5)
-                qb = DelayQueue("b", redis7_server.url, prefix=prefix, safety_interval=0.5)
-                w = Worker(
-                    [qa, qb],
-                    sync_handler,
-                    concurrency=2,
-                    prefetch=0,
-                    grace=0.5,
-                    visibility_timeout=LEASE,
-                )
-                state["worker"] = w
-                w.run()
-            else:
-
-                async def amain():
-                    qa = AsyncDelayQueue("a", other.url, prefix=prefix, safety_interval=0.5)
-                    qb = AsyncDelayQueue("b", redis7_server.url, prefix=prefix, safety_interval=0.5)
-                    w = AsyncWorker(
-                        [qa, qb],
-                        async_handler,
-                        concurrency=2,
-                        prefetch=0,
-                        grace=0.5,
-                        visibility_timeout=LEASE,
-                    )
-                    state["worker"], state["loop"] = w, asyncio.get_running_loop()
-                    await w.run()
-
-                asyncio.run(amain())
-        except BaseException as exc:
-            state["error"] = exc
-
-    pa = DelayQueue("a", other.url, prefix=prefix)
-    pb = DelayQueue("b", redis7_server.url, prefix=prefix, visibility_timeout=LEASE)
-    thread = threading.Thread(target=main, daemon=True)
-    try:
-        pa.offer("A", delay=0, id="a1")
-        pb.offer("B", delay=0, id="b1")
-        pa.close()
-        thread.start()
-        wait_until(lambda: "a1" in started and "b1" in started, 10)
+    offer_a1_and_b1(other, redis7_server, prefix)
+    with (
+        worker_on_two_servers(kind, other.url, redis7_server.url, prefix, 0.3) as handled,
+        DelayQueue("b", redis7_server.url, prefix=prefix, visibility_timeout=LEASE) as pb,
+    ):
+        wait_until(lambda: {"a1", "b1"} <= handled.started.keys(), 10)
         other.kill()  # queue a's Redis goes away; queue b's stays healthy
-        release.set()  # both handlers succeed now
-        wait_until(lambda: "b1" in ended, 5)
+        handled.release.set()  # both succeed; b1 a little later, with a1's ack on its way
+        wait_until(lambda: "b1" in handled.ended, 5)
         second = pb.poll(timeout=2 * LEASE + 2)  # another consumer of queue b
-        b_runs = [r for r in runs if r[0] == "b1"]
-        assert second is None and len(b_runs) == 1, (
-            f"b1 succeeded in the worker but its ack was held back; it was delivered again "
-            f"(second consumer: {second}, worker runs: {b_runs})"
-        )
-    finally:
-        release.set()
-        if "worker" in state:
-            if kind == "thread":
-                state["worker"].stop()
-            else:
-                state["loop"].call_soon_threadsafe(state["worker"].stop)
-        thread.join(60)
-        pb.close()
-        other.stop()
+        b_runs = [run for run in handled.runs if run[0] == "b1"]
+        assert second is None and len(b_runs) == 1, (second, b_runs)
 
 
 def _run_async_worker(url, prefix, handler, **worker_options):
