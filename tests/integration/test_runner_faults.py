@@ -122,7 +122,7 @@ async def test_a_call_posted_before_a_sentinel_switch_gets_its_own_reply(prefix:
             # the runner's watch hears +switch-master and disconnects the pool, the kept
             # connection included (checked out of it)
             await asyncio.to_thread(
-                wait_until, lambda: not runner._kept.conn.is_connected, 15
+                wait_until, lambda: not runner._kept.conn.is_connected, 30
             )  # fmt: skip
             with redis.Redis(port=group.wait_settled().port) as new_master:
                 new_master.script_load(script(Op.INFO).source)  # as a master before had
