@@ -748,7 +748,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         return results
 
     async def _write_to(
-        self, shard: AsyncShard, mode: DedupMode, specs: list[OfferSpec], drawn: list[bool]
+        self, shard: AsyncShard, mode: protocol.OfferMode, specs: list[OfferSpec], drawn: list[bool]
     ) -> list[TaskId]:
         """``shard.write_offers``, and if a finished reshard retired that shard (this queue's
         layout was stale: LAYOUT_RETIRED, nothing written), the same offers in the layout
@@ -761,7 +761,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
             return await self._rewrite_retired(mode, specs, drawn)
 
     async def _rewrite_retired(
-        self, mode: DedupMode, specs: list[OfferSpec], drawn: list[bool]
+        self, mode: protocol.OfferMode, specs: list[OfferSpec], drawn: list[bool]
     ) -> list[TaskId]:
         routes = await self._routes(again=True)
         log.info("delayq: queue %s was resharded: offering to its new layout", self.name)
@@ -1183,7 +1183,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
             for t in tasks
         ]
         try:  # on their shard, or where the layout puts them if a reshard retired it
-            await self._write_to(shard, DedupMode.HANDED_BACK, specs, [False] * len(specs))
+            await self._write_to(shard, protocol.HANDED_BACK, specs, [False] * len(specs))
         except Exception as exc:  # Redis away: they are lost, as a crash would lose them
             log.error(
                 "delayq: %d task(s) fetched ahead at-most-once by %s could not be put back "

@@ -47,9 +47,6 @@ class DedupMode(StrEnum):
 
     KEEP = "keep"  # leave the existing task; return its id
     REPLACE = "replace"  # debounce: update the pending task's payload and due time
-    # Not an option: at-most-once tasks fetched but never handed out, put back (close());
-    # as KEEP, but a key kept for the task's own id (its fetch finished it) is its again.
-    HANDED_BACK = "back"
 
 
 @dataclass(frozen=True, slots=True)

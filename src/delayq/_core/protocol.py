@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 from ..exceptions import InvalidTaskError, ServerError
 from .errors_text import error_summary
@@ -175,9 +175,16 @@ def spec_limit_key(spec: OfferSpec) -> str | None:
     return _split_limit_key(spec.options)[0]
 
 
-def offer_args(mode: DedupMode, specs: Sequence[OfferSpec]) -> list[Any]:
+# The offer script's own mode for at-most-once tasks fetched but never handed out, put back
+# by close(): as "keep", but a key kept for the task's own id (its fetch finished it) is the
+# task's again. Not a dedup option.
+HANDED_BACK: Final = "back"
+OfferMode = DedupMode | Literal["back"]
+
+
+def offer_args(mode: OfferMode, specs: Sequence[OfferSpec]) -> list[Any]:
     """Arguments of an offer call (offer.lua); who offers is for a queue's task histories."""
-    args: list[Any] = [mode.value, origin()]
+    args: list[Any] = [str(mode), origin()]
     for spec in specs:
         args += spec
     return args

@@ -292,7 +292,11 @@ class Shard:
         raise protocol.no_free_id()
 
     def write_offers(
-        self, mode: DedupMode, specs: Sequence[OfferSpec], drawn: Sequence[bool], draws: int = 1
+        self,
+        mode: protocol.OfferMode,
+        specs: Sequence[OfferSpec],
+        drawn: Sequence[bool],
+        draws: int = 1,
     ) -> list[TaskId]:
         """Offer ``specs`` in order and say what each did. ``drawn[i]``: the queue drew
         ``specs[i].id``, so if another task holds it (two producers drew the same id) it draws
