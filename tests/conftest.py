@@ -3,6 +3,7 @@ a unique key prefix per test, so tests never touch data they did not create."""
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import uuid
@@ -33,6 +34,16 @@ def _binaries() -> list[tuple[str, str]]:
 BINARIES = _binaries()
 if os.environ.get("DELAYQ_REQUIRE_ALL_REDIS") and len(BINARIES) < 3:
     raise RuntimeError(f"CI needs Redis 7, Redis 6.2 and Valkey binaries, found {BINARIES}")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cycles_collected_per_module() -> Iterator[None]:
+    """A socket or event loop left open inside a reference cycle warns only when the cyclic
+    gc reaches it, failing whichever test then runs (``filterwarnings = error``): a file
+    that only parses, say. Collecting as each module ends pins it on the module that left
+    it, as an error at its last test's teardown."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="session", params=[b for _, b in BINARIES], ids=[n for n, _ in BINARIES])

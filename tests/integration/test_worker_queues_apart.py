@@ -64,8 +64,12 @@ def worker_on_two_servers(
                 DelayQueue(name, url, prefix=prefix, safety_interval=0.5)
                 for name, url in (("a", url_a), ("b", url_b))
             ]
-            state["worker"] = Worker(queues, sync_handler, **options)
-            state["worker"].run()
+            try:
+                state["worker"] = Worker(queues, sync_handler, **options)
+                state["worker"].run()
+            finally:  # a worker leaves the queues it was given open: their owner closes them
+                for queue in queues:
+                    queue.close()
             return
 
         async def amain() -> None:
@@ -73,9 +77,13 @@ def worker_on_two_servers(
                 AsyncDelayQueue(name, url, prefix=prefix, safety_interval=0.5)
                 for name, url in (("a", url_a), ("b", url_b))
             ]
-            state["worker"] = AsyncWorker(queues, async_handler, **options)
-            state["loop"] = asyncio.get_running_loop()
-            await state["worker"].run()
+            try:
+                state["worker"] = AsyncWorker(queues, async_handler, **options)
+                state["loop"] = asyncio.get_running_loop()
+                await state["worker"].run()
+            finally:
+                for queue in queues:
+                    await queue.close()
 
         asyncio.run(amain())
 
