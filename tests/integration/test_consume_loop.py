@@ -135,6 +135,42 @@ def test_prefetch_zero_keeps_two_round_trips_and_acks_work(
     assert q.stats().counters["acked"] == 50
 
 
+def test_take_loops_with_slow_handlers_share_a_burst(
+    make_queue: Callable[..., DelayQueue],
+) -> None:
+    """Two consumers whose handler takes 0.3 s, 12 tasks due at once: an ack of a loop that
+    slow fetches just the next task, so the two share the burst (before: a loop's second ack
+    leased 8 ahead at its pace, which waited in that loop, up to 2.4 s, while the other
+    consumer had nothing to do)."""
+    n = 12
+    producer = make_queue("fair")
+    consumers = [make_queue("fair", create=True) for _ in range(2)]
+    handled: list[list[int]] = [[], []]
+    all_done = threading.Event()
+
+    def loop(k: int) -> None:
+        q = consumers[k]
+        while not all_done.is_set():
+            task = q.poll(timeout=0.2)
+            if task is None:
+                continue
+            time.sleep(0.3)  # the handler's work
+            handled[k].append(task.payload)
+            task.ack()
+            if len(handled[0]) + len(handled[1]) == n:
+                all_done.set()
+
+    threads = [threading.Thread(target=loop, args=(k,), daemon=True) for k in (0, 1)]
+    for thread in threads:
+        thread.start()
+    producer.offer_many([(i, 0.5) for i in range(n)])
+    assert all_done.wait(30), handled
+    for thread in threads:
+        thread.join(5)
+    assert sorted(handled[0] + handled[1]) == list(range(n)), "each task once"
+    assert min(len(handled[0]), len(handled[1])) >= n // 2 - 2, handled
+
+
 def test_bad_fetch_ahead_is_refused(make_queue: Callable[..., DelayQueue]) -> None:
     from delayq import ConfigError
 

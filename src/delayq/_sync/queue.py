@@ -270,9 +270,9 @@ class DelayQueue(Generic[PayloadT]):
             until that many replicas (or append-only files) confirm the write, on the
             connection that made it; None (default) answers as soon as the master has it.
         fetch_ahead: in a ``take()``/``poll()`` then ``ack()`` loop, how many due tasks an
-            ack may fetch ahead in its own round trip (fewer when the loop is slow: each keeps
-            at least half its lease); 0: none, two round trips per task. ``close()`` hands
-            them back at once.
+            ack may fetch ahead in its own round trip (at most what the loop hands out in
+            50 ms, so a slow loop fetches one and leaves the rest to other consumers); 0:
+            none, two round trips per task. ``close()`` hands them back at once.
         shards: only to create a sharded queue: spread it over this many sub-queues, each
             under its own hash tag (so on its own cluster slot, spread over the masters). A
             queue otherwise follows the layout Redis recorded for it (one slot, N shards, or

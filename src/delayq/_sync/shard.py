@@ -72,8 +72,10 @@ class Ahead:
 
     def want(self, fetch_ahead: int, lease_ms: int) -> int:
         """How many tasks the next ack should fetch ahead: as many as the loop hands out in
-        a quarter of the lease at its pace (so each keeps at least half of it), at least one
-        and at most ``fetch_ahead``; none outside a take()/poll() loop."""
+        LEASED_AHEAD_S and in a quarter of the lease (so each keeps at least half of it) at
+        its pace, at least one and at most ``fetch_ahead``; none outside a take()/poll()
+        loop. A slow loop's ack fetches just the next task: more would wait their turn in
+        this loop while another consumer has nothing to do."""
         if not self.consuming or fetch_ahead == 0 or lease_ms == 0:
             return 0
         now = time.monotonic()
@@ -83,7 +85,8 @@ class Ahead:
         self.last_ack = now
         if self.pace is None:
             return 1
-        return max(1, min(fetch_ahead, int(lease_ms / 4000 / max(self.pace, 1e-6))))
+        window = min(LEASED_AHEAD_S, lease_ms / 4000)
+        return max(1, min(fetch_ahead, int(window / max(self.pace, 1e-6))))
 
     def want_unleased(self, fetch_ahead: int) -> int:
         """How many tasks an at-most-once take()/poll() should fetch: as many as the loop
@@ -104,6 +107,9 @@ class Ahead:
 # At-most-once, a take() loop fetches ahead what it hands out in this long: enough to halve
 # the round trips of a loop at a few thousand tasks/s, little to lose in a crash.
 UNLEASED_AHEAD_S = 0.01
+# With leases, what it hands out in this long: a fast loop pays one round trip per task, and
+# no task waits leased in a loop for longer than this while another consumer is free.
+LEASED_AHEAD_S = 0.05
 # [H] Once offer_one.lua said the shard keeps task histories, plain offers go straight to
 # offer.lua (which records them) for this long, then ask again (history may be off by then).
 HISTORY_HINT_S = 60.0
