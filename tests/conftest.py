@@ -108,3 +108,11 @@ async def make_async_queue(redis_server: EmbeddedRedis, prefix: str) -> Any:
     yield make
     for q in made:
         await q.close()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """``make test`` runs a failed test once more (``--reruns``): each first failure of a
+    test that passed on its rerun is printed in full, so a flaky test's cause is on record."""
+    for report in terminalreporter.stats.get("rerun", []):
+        terminalreporter.write_sep("-", f"first failure of {report.nodeid} (passed on its rerun)")
+        terminalreporter.write_line(report.longreprtext)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final, NamedTuple, TypedDict
 
 from ..exceptions import ConfigError, DecodeError
@@ -278,7 +278,3 @@ def decoded_payload(codec: EnvelopeCodec, template: object) -> tuple[Any, str | 
         return codec.decode(raw).payload, None
     except DecodeError as exc:
         return None, str(exc)
-
-
-def now_dt(now_ms: int) -> datetime:
-    return datetime.fromtimestamp(now_ms / 1000, UTC)
