@@ -564,6 +564,27 @@ async def test_requeue_leaves_a_task_dead_while_another_holds_its_key(queue) -> 
     assert await q.offer("c", key="k") == first
 
 
+async def test_requeue_leaves_a_task_dead_while_a_finished_task_keeps_its_key(queue) -> None:
+    """key_ttl: a finished task keeps its key that long (an offer of the key is answered as
+    that task), so a dead task of the same key stays dead meanwhile, as it does beside a live
+    holder (before: requeued, it ran the business event the other task had done)."""
+    q = queue()
+    first = await q.offer("a", key="k")
+    await q.reject(await q.poll(timeout=5), "oops")
+    second = await q.offer("b", key="k", key_ttl=3)
+    await (await q.poll(timeout=5)).ack()
+    assert await q.offer("c", key="k") == second  # kept: answered as the finished task
+    assert await q.requeue_dead(first) == 0
+    assert await q.requeue_dead() == 0
+    assert (await q.get(first)).state is TaskState.DEAD
+    deadline = time.monotonic() + 15
+    while await q.requeue_dead(first) == 0:  # the keep-window closes: the key is free
+        assert time.monotonic() < deadline, "still not requeued after the key_ttl"
+        await asyncio.sleep(0.1)
+    assert (await q.get(first)).state is TaskState.READY
+    assert await q.offer("d", key="k") == first
+
+
 # -- priority, headers, ttl -------------------------------------------------------------------
 
 

@@ -888,7 +888,8 @@ class DelayQueue(Generic[PayloadT]):
 
     def requeue_dead(self, task_id: str | None = None) -> int:
         """Put one dead task (or all, with no id) back, due now, attempts reset; returns how
-        many moved. A task whose dedup key another live task now holds stays dead."""
+        many moved. A task whose dedup key another task now holds stays dead: one that is live,
+        or one that finished within its ``key_ttl``."""
         routes = self._routes()
         if task_id is not None:
             task_id = protocol.check_id(task_id)

@@ -50,7 +50,8 @@ def requeue(
 ) -> None:
     """Put dead tasks back, due now, with a fresh attempt count.
 
-    A dead task whose dedup key another live task now holds stays dead.
+    A dead task whose dedup key another task now holds stays dead: a live one, or one
+    that finished within its key_ttl.
 
     Example: delayq requeue orders --all
     """

@@ -4,7 +4,8 @@
 -- ARGV[2] ...starting at this offset in the dead set
 -- ARGV[3..] ids (none = the `limit` dead tasks from the offset)
 -- Reply: {requeued, examined}. A dead task whose dedup key is now held by another live
---        task stays dead (requeueing it would run the same business event twice).
+--        task, or kept by one that finished (its key_ttl), stays dead (requeueing it would
+--        run the same business event twice).
 local limit, offset = tonumber(ARGV[1]), tonumber(ARGV[2])
 local ids = {}
 if #ARGV > 2 then
@@ -16,15 +17,19 @@ local now = now_ms()
 local old_head = head_score(K_DELAYED)
 local new_min = nil
 local moved = 0
--- Take the task's dedup key back; false if another live task holds it.
+-- Take the task's dedup key back; false if another task holds it, live or finished within
+-- its key_ttl (the kept key's score: until when).
 local function retake_key(id)
   local v = redis.call('HGET', K_TASKKEY, id)
   if not v then return true end
   local key = string.sub(v, string.find(v, '|', 1, true) + 1)
   local holder = redis.call('HGET', K_KEYMAP, key)
-  if holder and holder ~= id and redis.call('HEXISTS', K_TASKS, holder) == 1
-      and not redis.call('ZSCORE', K_DEAD, holder) then
-    return false
+  if holder and holder ~= id then
+    if redis.call('HEXISTS', K_TASKS, holder) == 1 then
+      if not redis.call('ZSCORE', K_DEAD, holder) then return false end
+    elseif tonumber(redis.call('ZSCORE', K_KEPT, key) or '0') > now then
+      return false
+    end
   end
   redis.call('HSET', K_KEYMAP, key, id)
   redis.call('ZREM', K_KEPT, key)
