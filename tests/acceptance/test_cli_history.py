@@ -79,7 +79,7 @@ def test_history_explains_why_it_found_none(
         ["history", "", "--queue", "plain", *target],
     ])  # fmt: skip
     unknown_anywhere.failed_with("no history of task 'nope'", "no queue keeps task histories")
-    off.failed_with("queue 'plain' keeps task histories", "history=timedelta(days=1)")
+    off.failed_with("queue 'plain' keeps no task histories", "history=timedelta(days=1)")
     unknown_queue.failed_with("unknown queue 'plian'", "did you mean 'plain'")
     bad_id.failed_with("id must be a non-empty", code=2)
     queue("kept", history=60).offer("y", 0)

@@ -24,6 +24,7 @@ import redis
 from delayq import DelayQueue, Offer
 from delayq._core.handling import describe
 from delayq._core.keys import QueueKeys
+from delayq._sync.reshard import reshard
 from delayq.cli import main
 from delayq.embedded import EmbeddedRedis, free_port
 from tests.acceptance.test_cli import ROOT, Result, cli_env, command, run_many
@@ -505,3 +506,17 @@ def test_prune_removes_queues_that_hold_nothing(
     assert members() == {"alive"}
     # Still known by its keys: its stats show, not an unknown-queue error.
     assert piped("stats", "drained", "--json", *target).json()[0]["counters"]["acked"] == 1
+
+
+def test_prune_keeps_a_queue_whose_tasks_wait_in_the_layout_a_reshard_leaves(
+    queue: Callable[..., DelayQueue], target: list[str], redis7_server: EmbeddedRedis, prefix: str
+) -> None:
+    """Mid-reshard, a queue's tasks may all be in its previous layout: prune (even --empty)
+    keeps it, as it keeps a one-slot queue holding a task (before: it was removed from the
+    registry, and so from stats, the exporter and the dashboard, with a task in it)."""
+    queue("orders").offer("in the old layout", 3600)
+    reshard("orders", redis7_server.url, shards=4, prefix=prefix)
+    assert queue("orders").stats().delayed == 1
+    for empty in ([], ["--empty"]):
+        dry = piped("prune", *empty, "--dry-run", "--json", *target).json()
+        assert dry["removed"] == [], (empty, dry)

@@ -172,7 +172,8 @@ def _refuse_if_left(
     if left:
         raise ConfigError(
             f"queue {name!r}: {left} task(s) still in the previous layout "
-            f"({layout.previous} shards); they drain at their due times"
+            f"({sharding.describe(sharding.Layout(layout.previous) if layout.previous else None)});"
+            " they drain at their due times"
         )
 
 

@@ -22,7 +22,6 @@ from rich.console import Console
 from rich.text import Text
 
 from .. import Connection, DelayqError, DelayQueue
-from .._core import sharding
 from .._core.keys import KEY_ROLES, QueueKeys
 from .._core.registry import Registry, registry_key
 from .._core.text import printable
@@ -241,9 +240,11 @@ class Session:
 
     def holds_keys(self, name: str, roles: Sequence[str] = DATA_ROLES) -> int:
         """How many of the queue's keys (of ``roles``) exist; a sharded queue's are its
-        sub-queues' (one EXISTS per sub-queue: each is its own slot)."""
-        shards = self.shard_counts().get(name)
-        names = sharding.shard_names(name, shards) if shards is not None else [name]
+        sub-queues', during a reshard both layouts' (one EXISTS per sub-queue: each is its
+        own slot)."""
+        self.shard_counts()  # reads the layouts once per command
+        layout = self._layouts.layouts.get(name) if self._layouts is not None else None
+        names = layout.names(name) if layout is not None else [name]
         found = 0
         for part in names:
             keys = QueueKeys(self.prefix, part)

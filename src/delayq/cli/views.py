@@ -200,7 +200,7 @@ def _no_history(s: Any, task_id: str, names: list[str], queue: str | None) -> st
     keeping = [n for n in names if s.queue(n).history_settings() is not None]
     where = f"queue {queue!r}" if queue is not None else "any queue"
     if not keeping:
-        none = f"queue {queue!r} keeps" if queue is not None else "no queue keeps"
+        none = f"queue {queue!r} keeps no" if queue is not None else "no queue keeps"
         return (
             f"no history of task {task_id!r}: {none} task histories (turn them on with "
             "DelayQueue(..., history=timedelta(days=1)), see docs/history.md)"
