@@ -316,6 +316,29 @@ def test_a_reshard_keeps_the_pause_and_the_keys_limits(make_queue, redis_server,
     assert len(q.poll_many(10, timeout=5)) == 1
 
 
+def test_a_keys_counts_are_read_on_its_shard_during_a_reshard(
+    make_queue, redis_server, prefix
+) -> None:
+    """limits.get(key) while a reshard is under way reads the key's shard of each layout, as
+    limits.list() does (before: shard_of(key, 5) over the 4 new shards and the old one, often
+    a shard without the key: 0 running, 0 waiting)."""
+    key = next(
+        f"t{i}"
+        for i in range(100)
+        if sharding.shard_of(f"t{i}", 5) != sharding.shard_of(f"t{i}", 4)
+    )
+    make_queue("split").offer("in the old layout", 3600)
+    reshard("split", redis_server.url, shards=4, prefix=prefix)
+    q = make_queue("split")
+    q.limits.set(key, Limit(concurrency=2))
+    q.offer_many([Offer(n, 0, limit_key=key) for n in range(5)])
+    assert len(q.poll_many(10, timeout=5)) == 2
+    listed = {row.key: row for row in q.limits.list()}[key]
+    got = q.limits.get(key)
+    assert (listed.running, listed.waiting) == (2, 3)
+    assert (got.limit, got.running, got.waiting) == (Limit(concurrency=2), 2, 3)
+
+
 def test_a_whole_queue_limit_refuses_a_reshard_and_nothing_changes(
     make_queue, redis_server, prefix, client
 ) -> None:

@@ -11,6 +11,7 @@ so a sharded queue refuses it; limit its keys instead.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Final
 
 from .._core import sharding
@@ -47,11 +48,19 @@ class AsyncLimits:
     async def _shards(self) -> list[AsyncShard]:
         return await self._queue._all()
 
-    async def _home(self, key: str) -> AsyncShard:
-        shards = await self._shards()
-        if len(shards) == 1 or key in (WHOLE_QUEUE, DEFAULT_KEY):
-            return shards[0]
-        return shards[sharding.shard_of(key, len(shards))]
+    async def _homes(self, key: str) -> list[AsyncShard]:
+        """The shards holding the key's tasks: one per layout (a reshard's previous one too,
+        until it is drained), each key's tasks sharing one shard of each."""
+        routes = await self._queue._routes()
+        homes: list[AsyncShard] = []
+        for shards in (routes.current, routes.previous):
+            if not shards:
+                continue
+            whole = len(shards) == 1 or key in (WHOLE_QUEUE, DEFAULT_KEY)
+            home = shards[0] if whole else shards[sharding.shard_of(key, len(shards))]
+            if home not in homes:
+                homes.append(home)
+        return homes
 
     async def set(self, key: str, limit: Limit) -> None:
         """Give ``key`` this limit (replacing its own, if any). Tasks waiting under the old
@@ -72,8 +81,11 @@ class AsyncLimits:
         """The key's limit (None if it has none of its own), running and waiting counts and
         next admission time."""
         check_limit_key(key)
-        reply = await (await self._home(key)).run(Op.LIMIT_ADMIN, ["get", key])
-        return parse_limit_rows(reply)[0]
+        rows = [
+            parse_limit_rows(await shard.run(Op.LIMIT_ADMIN, ["get", key]))[0]
+            for shard in await self._homes(key)
+        ]
+        return functools.reduce(_merged, rows[1:], rows[0])
 
     async def list(self) -> list[LimitInfo]:
         """Every key with a limit, leases running or tasks waiting; limits first (sorted),

@@ -12,6 +12,7 @@ so a sharded queue refuses it; limit its keys instead.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Final
 
 from .._core import sharding
@@ -48,11 +49,19 @@ class Limits:
     def _shards(self) -> list[Shard]:
         return self._queue._all()
 
-    def _home(self, key: str) -> Shard:
-        shards = self._shards()
-        if len(shards) == 1 or key in (WHOLE_QUEUE, DEFAULT_KEY):
-            return shards[0]
-        return shards[sharding.shard_of(key, len(shards))]
+    def _homes(self, key: str) -> list[Shard]:
+        """The shards holding the key's tasks: one per layout (a reshard's previous one too,
+        until it is drained), each key's tasks sharing one shard of each."""
+        routes = self._queue._routes()
+        homes: list[Shard] = []
+        for shards in (routes.current, routes.previous):
+            if not shards:
+                continue
+            whole = len(shards) == 1 or key in (WHOLE_QUEUE, DEFAULT_KEY)
+            home = shards[0] if whole else shards[sharding.shard_of(key, len(shards))]
+            if home not in homes:
+                homes.append(home)
+        return homes
 
     def set(self, key: str, limit: Limit) -> None:
         """Give ``key`` this limit (replacing its own, if any). Tasks waiting under the old
@@ -73,8 +82,11 @@ class Limits:
         """The key's limit (None if it has none of its own), running and waiting counts and
         next admission time."""
         check_limit_key(key)
-        reply = (self._home(key)).run(Op.LIMIT_ADMIN, ["get", key])
-        return parse_limit_rows(reply)[0]
+        rows = [
+            parse_limit_rows(shard.run(Op.LIMIT_ADMIN, ["get", key]))[0]
+            for shard in self._homes(key)
+        ]
+        return functools.reduce(_merged, rows[1:], rows[0])
 
     def list(self) -> list[LimitInfo]:
         """Every key with a limit, leases running or tasks waiting; limits first (sorted),
