@@ -20,6 +20,7 @@ from typing import Any, Final
 from .._async.queue import AsyncDelayQueue
 from .._async.shard import AsyncShard
 from .._core import protocol, sharding
+from .._core.limits import check_same_shard
 from .._core.models import DedupMode
 from .._core.protocol import OfferSpec
 from .._core.scripts import Op
@@ -92,6 +93,8 @@ class Receipts:
             assert spec is not None
             key = protocol.spec_key(spec)
             limit_key = protocol.spec_limit_key(spec)  # a limit key's tasks share a shard
+            if key is not None and limit_key is not None and len(routes.current) > 1:
+                check_same_shard(key, limit_key, len(routes.current))  # as DelayQueue.offer
             shard = routes.home(limit_key or (spec.id if key is None else key))
             if key is not None:
                 shard = await queue._keyed_shard(routes, key, shard)

@@ -549,12 +549,14 @@ class AsyncRelay:
     ) -> None:
         try:
             statuses = await self._receipts.offer(queue, DedupMode(run[0].dedup), run)
-        except ServerError as exc:
-            if len(run) == 1:
+        except (ServerError, InvalidTaskError) as exc:
+            if len(run) > 1:
+                for item in run:  # find the row refused; the others go through
+                    await self._offer_run(queue, [item], done, dead)
+            elif isinstance(exc, InvalidTaskError):  # refused as DelayQueue.offer refuses it
+                dead.append((run[0].seq, f"{type(exc).__name__}: {exc}"))
+            else:
                 await self._blame_row(queue, run[0], dead, exc)
-                return
-            for item in run:  # find the row Redis refuses; the others go through
-                await self._offer_run(queue, [item], done, dead)
             return
         for item, status in zip(run, statuses, strict=True):
             if status == CONFLICT:
