@@ -339,6 +339,23 @@ def test_a_keys_counts_are_read_on_its_shard_during_a_reshard(
     assert (got.limit, got.running, got.waiting) == (Limit(concurrency=2), 2, 3)
 
 
+def test_a_finished_reshard_keeps_the_queues_counts(make_queue, redis_server, prefix) -> None:
+    """The counts since the queue began (offered, acked, lateness...) do not drop when a
+    reshard finishes, through two reshards (before: stats and the exporter read only the new
+    layout, and the old one's counts were gone: offered 5 -> 0, a counter going back)."""
+    q = make_queue("counted")
+    q.offer_many([(n, 0) for n in range(5)])
+    assert all(q.ack_many(q.poll_many(5, timeout=5)))
+    before = q.stats()
+    assert (before.counters["offered"], before.counters["acked"]) == (5, 5)
+    for shards, recorded in ((4, "4"), (2, "2")):
+        reshard("counted", redis_server.url, shards=shards, prefix=prefix)
+        assert finish_reshard("counted", redis_server.url, prefix=prefix, grace=0) == recorded
+        after = make_queue("counted").stats()
+        assert after.counters == before.counters, shards
+        assert (after.lateness, after.lateness_sum) == (before.lateness, before.lateness_sum)
+
+
 def test_a_whole_queue_limit_refuses_a_reshard_and_nothing_changes(
     make_queue, redis_server, prefix, client
 ) -> None:

@@ -149,6 +149,7 @@ async def finish_reshard(
             for sub in old:
                 await conn.command("HDEL", QueueKeys(prefix, sub).key("counters"), RETIRED)
             raise
+        await _carry_counters(conn, prefix, old, current[0])
         done = sharding.Layout(layout.shards)
         await conn.command("HSET", field, name, done.encode())
         await _announce(conn, prefix, previous)
@@ -159,6 +160,20 @@ async def finish_reshard(
     finally:
         if not runner.shared(redis):  # a runner or a handle passed in stays open
             await conn.close()
+
+
+async def _carry_counters(conn: runner.Runner, prefix: str, old: list[str], heir: str) -> None:
+    """Move the retired sub-queues' counts since the queue began into one of the current
+    layout's (stats and the exporter read only the current layout: its counts would drop).
+    Field by field, added there then removed here: a finish cut short and run again counts
+    at most the field it was moving twice, and none is lost."""
+    into = QueueKeys(prefix, heir).key("counters")
+    for sub in old:
+        counters = QueueKeys(prefix, sub).key("counters")
+        for field, value in (await conn.command("HGETALL", counters)).items():
+            if protocol.lifetime_count(field.decode()):
+                await conn.command("HINCRBY", into, field, int(value))
+                await conn.command("HDEL", counters, field)
 
 
 async def _refuse_if_left(

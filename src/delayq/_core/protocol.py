@@ -397,6 +397,17 @@ class StatsReply:
         return self.delayed + self.ready + self.inflight + self.expired + self.dead
 
 
+# Fields of a counters hash that are states, not counts since the queue began: the last look,
+# the history mirror, a pause, the limits' gauges and a retired sub-queue's mark.
+_STATE_FIELDS: Final = ("seen_ms", "hist", "pause:until", "lim:waiting", "lim:running", "retired")
+
+
+def lifetime_count(field: str) -> bool:
+    """Whether a counters-hash field counts since the queue began (summed over its shards,
+    carried into the new layout when a reshard retires a sub-queue)."""
+    return field not in _STATE_FIELDS and not field.startswith(("limw:", "limr:"))
+
+
 def parse_stats(reply: Sequence[Any]) -> StatsReply:
     # The counters hash follows the fixed fields; the fetch script keeps the lateness
     # histogram and the consumer's last look in it under reserved names.

@@ -148,6 +148,7 @@ def finish_reshard(
             for sub in old:
                 conn.command("HDEL", QueueKeys(prefix, sub).key("counters"), RETIRED)
             raise
+        _carry_counters(conn, prefix, old, current[0])
         done = sharding.Layout(layout.shards)
         conn.command("HSET", field, name, done.encode())
         _announce(conn, prefix, previous)
@@ -158,6 +159,20 @@ def finish_reshard(
     finally:
         if not runner.shared(redis):  # a runner or a handle passed in stays open
             conn.close()
+
+
+def _carry_counters(conn: runner.Runner, prefix: str, old: list[str], heir: str) -> None:
+    """Move the retired sub-queues' counts since the queue began into one of the current
+    layout's (stats and the exporter read only the current layout: its counts would drop).
+    Field by field, added there then removed here: a finish cut short and run again counts
+    at most the field it was moving twice, and none is lost."""
+    into = QueueKeys(prefix, heir).key("counters")
+    for sub in old:
+        counters = QueueKeys(prefix, sub).key("counters")
+        for field, value in (conn.command("HGETALL", counters)).items():
+            if protocol.lifetime_count(field.decode()):
+                conn.command("HINCRBY", into, field, int(value))
+                conn.command("HDEL", counters, field)
 
 
 def _refuse_if_left(
