@@ -190,6 +190,31 @@ def test_a_row_applied_before_a_reshard_and_claimed_again_after_it_is_refused(
     assert all(fresh.get(task_id) is None for task_id in ids)
 
 
+def test_a_limit_keyed_row_applied_before_a_reshard_is_looked_for_on_its_keys_shard(
+    outbox: Outbox, make_queue: object, pg_dsn: str, table: str, redis_url: str, prefix: str
+) -> None:
+    """A row with a limit_key went to its key's shard of the old layout (2 shards); claimed
+    again after a reshard, it is looked for there, not on its id's shard: found, and not
+    created a second time in the new layout (before: half the rows were, two tasks each)."""
+    reshard("orders", redis_url, shards=2, prefix=prefix)
+    finish_reshard("orders", redis_url, prefix=prefix, grace=0)
+    orders: DelayQueue = make_queue("orders")  # type: ignore[operator]
+    offer_committed(outbox, pg_dsn, 20, limit_key="tenant:a")
+    with psycopg.connect(pg_dsn) as blocker:  # the relay's DELETE waits: killed there
+        blocker.execute(f'LOCK TABLE "{table}" IN SHARE MODE')
+        with relay_process(pg_dsn, redis_url, table, name="before") as proc:
+            wait_until(lambda: orders.stats().delayed == 20)
+            proc.kill()
+            proc.wait(10)
+            terminate_backends(pg_dsn, "before")
+        blocker.rollback()
+    reshard("orders", redis_url, shards=4, prefix=prefix)
+    with Relay(pg_dsn, redis_url, table=table) as second:
+        wait_drained(pg_dsn, table)
+    assert (second.stats.duplicates, second.stats.offered) == (20, 0)
+    assert make_queue("orders").stats().delayed == 20  # type: ignore[operator]
+
+
 def test_a_producer_opened_before_a_reshard_follows_it_after_the_finish(
     make_queue: object, redis_url: str, prefix: str
 ) -> None:

@@ -95,11 +95,12 @@ class Receipts:
             limit_key = protocol.spec_limit_key(spec)  # a limit key's tasks share a shard
             if key is not None and limit_key is not None and len(routes.current) > 1:
                 check_same_shard(key, limit_key, len(routes.current))  # as DelayQueue.offer
-            shard = routes.home(limit_key or (spec.id if key is None else key))
+            route = limit_key or (spec.id if key is None else key)
+            shard = routes.home(route)
             if key is not None:
                 shard = await queue._keyed_shard(routes, key, shard)
             if routes.previous:
-                shard = await _previous_if_there(queue, routes.previous, item, key, shard)
+                shard = await _previous_if_there(queue, routes.previous, item, route, shard)
             groups.setdefault(shard, []).append(i)
         await queue._register()
         statuses = [0] * len(items)
@@ -166,13 +167,14 @@ async def _previous_if_there(
     queue: AsyncDelayQueue,
     previous: Sequence[AsyncShard],
     item: Claimed,
-    key: str | None,
+    route: str,
     shard: AsyncShard,
 ) -> AsyncShard:
-    """During a reshard, the previous layout's shard for the row if it holds the row's
-    task or its receipt (the row was applied there before the reshard began, and claimed
-    again since): the row goes there, where it is found or refused, never created twice."""
-    old = previous[sharding.shard_of(item.task_id if key is None else key, len(previous))]
+    """During a reshard, the previous layout's shard for the row (by what routes it: its
+    limit key, dedup key or id) if it holds the row's task or its receipt (the row was
+    applied there before the reshard began, and claimed again since): the row goes there,
+    where it is found or refused, never created twice."""
+    old = previous[sharding.shard_of(route, len(previous))]
     if old is shard:
         return shard
     runner = queue._runner
