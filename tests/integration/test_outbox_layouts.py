@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
@@ -165,20 +165,28 @@ def test_finish_waits_out_the_queues_that_have_not_reread_the_layout(
     assert finish_reshard("orders", redis_url, prefix=prefix, grace=0) == "2"
 
 
+def relay_killed_before_its_delete(
+    pg_dsn: str, redis_url: str, table: str, applied: Callable[[], bool]
+) -> None:
+    """A relay process applies the pending rows (until ``applied``) and is killed while its
+    DELETE of them waits on a lock: the rows stay pending, applied in Redis."""
+    with psycopg.connect(pg_dsn) as blocker:
+        blocker.execute(f'LOCK TABLE "{table}" IN SHARE MODE')
+        with relay_process(pg_dsn, redis_url, table, name="before") as proc:
+            wait_until(applied)
+            proc.kill()
+            proc.wait(10)
+            terminate_backends(pg_dsn, "before")
+        blocker.rollback()
+
+
 def test_a_row_applied_before_a_reshard_and_claimed_again_after_it_is_refused(
     outbox: Outbox, make_queue: object, pg_dsn: str, table: str, redis_url: str, prefix: str
 ) -> None:
     """The row's receipt is in the old layout's shard: the re-claim goes there."""
     orders: DelayQueue = make_queue("orders")  # type: ignore[operator]
     ids = offer_committed(outbox, pg_dsn, 20, delay=0)
-    with psycopg.connect(pg_dsn) as blocker:  # the relay's DELETE waits: killed there
-        blocker.execute(f'LOCK TABLE "{table}" IN SHARE MODE')
-        with relay_process(pg_dsn, redis_url, table, name="before") as proc:
-            wait_until(lambda: orders.stats().ready == 20)
-            proc.kill()
-            proc.wait(10)
-            terminate_backends(pg_dsn, "before")
-        blocker.rollback()
+    relay_killed_before_its_delete(pg_dsn, redis_url, table, lambda: orders.stats().ready == 20)
     while (task := orders.poll(0.5)) is not None:
         task.ack()  # delivered and acked
     reshard("orders", redis_url, shards=4, prefix=prefix)
@@ -200,14 +208,7 @@ def test_a_limit_keyed_row_applied_before_a_reshard_is_looked_for_on_its_keys_sh
     finish_reshard("orders", redis_url, prefix=prefix, grace=0)
     orders: DelayQueue = make_queue("orders")  # type: ignore[operator]
     offer_committed(outbox, pg_dsn, 20, limit_key="tenant:a")
-    with psycopg.connect(pg_dsn) as blocker:  # the relay's DELETE waits: killed there
-        blocker.execute(f'LOCK TABLE "{table}" IN SHARE MODE')
-        with relay_process(pg_dsn, redis_url, table, name="before") as proc:
-            wait_until(lambda: orders.stats().delayed == 20)
-            proc.kill()
-            proc.wait(10)
-            terminate_backends(pg_dsn, "before")
-        blocker.rollback()
+    relay_killed_before_its_delete(pg_dsn, redis_url, table, lambda: orders.stats().delayed == 20)
     reshard("orders", redis_url, shards=4, prefix=prefix)
     with Relay(pg_dsn, redis_url, table=table) as second:
         wait_drained(pg_dsn, table)
