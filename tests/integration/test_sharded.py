@@ -356,6 +356,50 @@ def test_a_finished_reshard_keeps_the_queues_counts(make_queue, redis_server, pr
         assert (after.lateness, after.lateness_sum) == (before.lateness, before.lateness_sum)
 
 
+def _two_shards(make_queue, redis_server, prefix, name):
+    reshard(name, redis_server.url, shards=2, prefix=prefix)
+    finish_reshard(name, redis_server.url, prefix=prefix, grace=0)
+    return make_queue(name)
+
+
+@pytest.mark.parametrize("many", [False, True])
+def test_a_limit_keyed_offer_with_its_own_id_sent_again_during_a_reshard_matches_its_task(
+    make_queue, redis_server, prefix, many
+) -> None:
+    """A producer's retry of offer(id=X, limit_key=K) after a reshard began: X was placed by
+    K in the old layout, and is looked for there (before: on X's shard, so a second task X
+    was made in the new layout)."""
+    q = _two_shards(make_queue, redis_server, prefix, "byid")
+    own = next(
+        f"o{i}" for i in range(100) if sharding.shard_of(f"o{i}", 2) != sharding.shard_of("t", 2)
+    )
+    offer = Offer({"n": 1}, 60, id=own, limit_key="t")
+    first = q.offer_many([offer])[0] if many else q.offer({"n": 1}, 60, id=own, limit_key="t")
+    reshard("byid", redis_server.url, shards=4, prefix=prefix)
+    again = make_queue("byid")
+    second = (
+        again.offer_many([offer])[0] if many else again.offer({"n": 1}, 60, id=own, limit_key="t")
+    )
+    assert second == first and second.outcome == "existing", second.outcome
+    assert again.stats().delayed == 1
+
+
+def test_a_stale_producers_limit_keyed_offers_go_to_the_keys_shard_after_a_finish(
+    make_queue, redis_server, prefix
+) -> None:
+    """A producer that had not re-read the layout when a reshard finished writes again by
+    the new one: a limit key's tasks to that key's shard (so its limit stays exact), not
+    each to its id's (before: spread over the shards, each counting the limit apart)."""
+    _two_shards(make_queue, redis_server, prefix, "stale")
+    stale = make_queue("stale", safety_interval=3600)
+    assert stale.cancel(stale.offer("warm", 60))  # it reads the layout: 2 shards
+    reshard("stale", redis_server.url, shards=4, prefix=prefix)
+    finish_reshard("stale", redis_server.url, prefix=prefix, grace=0)
+    stale.offer_many([Offer(n, 60, limit_key="tenant") for n in range(8)])
+    parts = [p.delayed for p in make_queue("stale").stats().shards]
+    assert sorted(parts) == [0, 0, 0, 8], parts  # one shard holds the key's eight tasks
+
+
 def test_a_whole_queue_limit_refuses_a_reshard_and_nothing_changes(
     make_queue, redis_server, prefix, client
 ) -> None:

@@ -631,7 +631,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         if offer.key is not None:
             shard = await self._keyed_shard(routes, offer.key, shard)
         elif offer.id is not None and routes.previous:
-            shard = await self._id_shard(routes, new_id, shard)
+            shard = await self._id_shard(routes, spec.id, shard, offer.limit_key)
         return check_conflicts(await self._write_to(shard, mode, [spec], [offer.id is None]))[0]
 
     def _route(
@@ -665,11 +665,14 @@ class AsyncDelayQueue(Generic[PayloadT]):
                 return old
         return shard
 
-    async def _id_shard(self, routes: _Routes, task_id: str, shard: AsyncShard) -> AsyncShard:
+    async def _id_shard(
+        self, routes: _Routes, task_id: str, shard: AsyncShard, limit_key: str | None
+    ) -> AsyncShard:
         """The shard for an offer with the caller's own id: its own, unless a reshard is under
-        way and the previous layout's shard for the id holds a task with it (the offer then
-        matches that task instead of creating a second one)."""
-        old = routes.previous[sharding.shard_of(task_id, len(routes.previous))]
+        way and the previous layout's shard for the id (for its limit key, which placed it,
+        if it has one) holds a task with it (the offer then matches that task instead of
+        creating a second one)."""
+        old = routes.previous[sharding.shard_of(limit_key or task_id, len(routes.previous))]
         if old is not shard and await old.holds_task(task_id):
             return old
         return shard
@@ -722,12 +725,13 @@ class AsyncDelayQueue(Generic[PayloadT]):
                 shard, new_id = self._route(routes, offer, ids[i])
                 group = groups.setdefault(shard, ([], [], []))
                 group[0].append(i)
-                group[1].append(build_offer(self._codec, offer, new_id))
+                spec = build_offer(self._codec, offer, new_id)
+                group[1].append(spec)
                 group[2].append(offer.id is None)
                 if offer.key is not None and routes.previous:
                     keyed.append((i, offer.key))
                 elif offer.id is not None and routes.previous:
-                    own_ids[i] = new_id
+                    own_ids[i] = spec.id  # new_id is drawn for the limit key's shard
             if keyed or own_ids:
                 groups = await self._regroup_keyed(routes, groups, dict(keyed), own_ids)
         return check_conflicts(await self._write_groups(mode, groups, len(items)))
@@ -766,9 +770,9 @@ class AsyncDelayQueue(Generic[PayloadT]):
         routes = await self._routes(again=True)
         log.info("delayq: queue %s was resharded: offering to its new layout", self.name)
         groups: dict[AsyncShard, list[int]] = {}
-        for i, spec in enumerate(specs):  # each to its key's shard, else to its id's
+        for i, spec in enumerate(specs):  # each to its limit key's, key's, else id's shard
             key = protocol.spec_key(spec)
-            shard = routes.home(spec.id if key is None else key)
+            shard = routes.home(protocol.spec_limit_key(spec) or (spec.id if key is None else key))
             if key is not None:  # a key still held by a reshard's previous layout stays there
                 shard = await self._keyed_shard(routes, key, shard)
             groups.setdefault(shard, []).append(i)
@@ -797,7 +801,8 @@ class AsyncDelayQueue(Generic[PayloadT]):
                 if key is not None:
                     target = await self._keyed_shard(routes, key, shard)
                 elif own_id is not None:  # and its caller's id: where a task with it lives
-                    target = await self._id_shard(routes, own_id, shard)
+                    limit_key = protocol.spec_limit_key(spec)
+                    target = await self._id_shard(routes, own_id, shard, limit_key)
                 else:
                     target = shard
                 group = regrouped.setdefault(target, ([], [], []))
