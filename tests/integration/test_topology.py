@@ -192,5 +192,8 @@ def test_every_server_binary_runs_both_topologies_and_fails_over(binary: str) ->
     with running(ReplicatedCluster(binary)) as cluster:
         master = cluster.masters()[0]
         replica = cluster.replicas_of(master)[0]
-        assert cluster.failover(replica) is replica
-        assert cluster.master_of(cluster.first_slot(replica)) is replica
+        slot = cluster.first_slot(master)
+        assert cluster.failover(replica) is replica  # once every node says it serves slot
+        # The slot failover() waited on, not the new master's slots as one node lists them:
+        # on Valkey that list can still be empty a moment after (rerun in CI, "serves no slot").
+        assert cluster.master_of(slot) is replica
