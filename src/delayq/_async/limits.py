@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, Final
 
-from .._core import sharding
 from .._core.limits import (
     DEFAULT_KEY,
     WHOLE_QUEUE,
@@ -52,14 +51,11 @@ class AsyncLimits:
         """The shards holding the key's tasks: one per layout (a reshard's previous one too,
         until it is drained), each key's tasks sharing one shard of each."""
         routes = await self._queue._routes()
-        homes: list[AsyncShard] = []
-        for shards in (routes.current, routes.previous):
-            if not shards:
-                continue
-            whole = len(shards) == 1 or key in (WHOLE_QUEUE, DEFAULT_KEY)
-            home = shards[0] if whole else shards[sharding.shard_of(key, len(shards))]
-            if home not in homes:
-                homes.append(home)
+        whole = key in (WHOLE_QUEUE, DEFAULT_KEY)  # kept alike on every shard: the first's
+        homes = [routes.current[0] if whole else routes.home(key)]
+        if routes.previous:
+            old = routes.previous[0] if whole else routes.previous_home(key)
+            homes += [old] if old not in homes else []
         return homes
 
     async def set(self, key: str, limit: Limit) -> None:

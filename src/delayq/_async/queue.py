@@ -203,12 +203,16 @@ class _Routes:
             return self.current[0]
         return self.current[sharding.shard_of(route, len(self.current))]
 
+    def previous_home(self, route: str) -> AsyncShard:
+        """The shard of a routing value in a reshard's previous layout (which must exist)."""
+        return self.previous[sharding.shard_of(route, len(self.previous))]
+
     def searched(self, task_id: str) -> list[AsyncShard]:
         """Where to look for a task by id: its shard first (where every id drawn here routes),
         then the previous layout's shard for it, then the rest."""
         first = [self.home(task_id)]
         if self.previous:
-            first.append(self.previous[sharding.shard_of(task_id, len(self.previous))])
+            first.append(self.previous_home(task_id))
         return first + [shard for shard in self.every if shard not in first]
 
 
@@ -660,7 +664,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         """The shard for an offer with ``key``: its own, unless a reshard is under way and the
         previous layout's shard for the key holds it (so dedup still holds)."""
         if routes.previous:
-            old = routes.previous[sharding.shard_of(key, len(routes.previous))]
+            old = routes.previous_home(key)
             if await old.holds_key(key):
                 return old
         return shard
@@ -672,7 +676,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
         way and the previous layout's shard for the id (for its limit key, which placed it,
         if it has one) holds a task with it (the offer then matches that task instead of
         creating a second one)."""
-        old = routes.previous[sharding.shard_of(limit_key or task_id, len(routes.previous))]
+        old = routes.previous_home(limit_key or task_id)
         if old is not shard and await old.holds_task(task_id):
             return old
         return shard
@@ -770,9 +774,9 @@ class AsyncDelayQueue(Generic[PayloadT]):
         routes = await self._routes(again=True)
         log.info("delayq: queue %s was resharded: offering to its new layout", self.name)
         groups: dict[AsyncShard, list[int]] = {}
-        for i, spec in enumerate(specs):  # each to its limit key's, key's, else id's shard
+        for i, spec in enumerate(specs):
             key = protocol.spec_key(spec)
-            shard = routes.home(protocol.spec_limit_key(spec) or (spec.id if key is None else key))
+            shard = routes.home(protocol.spec_route(spec))
             if key is not None:  # a key still held by a reshard's previous layout stays there
                 shard = await self._keyed_shard(routes, key, shard)
             groups.setdefault(shard, []).append(i)

@@ -73,7 +73,7 @@ class AsyncSchedules:
         routes = await self._queue._routes(again=again)
         home = routes.current[sharding.shard_of(check_name(name), len(routes.current))]
         if routes.previous:
-            old = routes.previous[sharding.shard_of(name, len(routes.previous))]
+            old = routes.previous_home(name)
             await schedule_moves.carry(self._queue._runner, old.keys, home.keys, name)
         return home
 

@@ -182,6 +182,12 @@ HANDED_BACK: Final = "back"
 OfferMode = DedupMode | Literal["back"]
 
 
+def spec_route(spec: OfferSpec) -> str:
+    """What places an encoded offer on a shard: its limit key (a key's tasks share one),
+    else its dedup key (so dedup holds), else its id."""
+    return spec_limit_key(spec) or spec_key(spec) or spec.id
+
+
 def offer_args(mode: OfferMode, specs: Sequence[OfferSpec]) -> list[Any]:
     """Arguments of an offer call (offer.lua); who offers is for a queue's task histories."""
     args: list[Any] = [str(mode), origin()]

@@ -204,12 +204,16 @@ class _Routes:
             return self.current[0]
         return self.current[sharding.shard_of(route, len(self.current))]
 
+    def previous_home(self, route: str) -> Shard:
+        """The shard of a routing value in a reshard's previous layout (which must exist)."""
+        return self.previous[sharding.shard_of(route, len(self.previous))]
+
     def searched(self, task_id: str) -> list[Shard]:
         """Where to look for a task by id: its shard first (where every id drawn here routes),
         then the previous layout's shard for it, then the rest."""
         first = [self.home(task_id)]
         if self.previous:
-            first.append(self.previous[sharding.shard_of(task_id, len(self.previous))])
+            first.append(self.previous_home(task_id))
         return first + [shard for shard in self.every if shard not in first]
 
 
@@ -655,7 +659,7 @@ class DelayQueue(Generic[PayloadT]):
         """The shard for an offer with ``key``: its own, unless a reshard is under way and the
         previous layout's shard for the key holds it (so dedup still holds)."""
         if routes.previous:
-            old = routes.previous[sharding.shard_of(key, len(routes.previous))]
+            old = routes.previous_home(key)
             if old.holds_key(key):
                 return old
         return shard
@@ -667,7 +671,7 @@ class DelayQueue(Generic[PayloadT]):
         way and the previous layout's shard for the id (for its limit key, which placed it,
         if it has one) holds a task with it (the offer then matches that task instead of
         creating a second one)."""
-        old = routes.previous[sharding.shard_of(limit_key or task_id, len(routes.previous))]
+        old = routes.previous_home(limit_key or task_id)
         if old is not shard and old.holds_task(task_id):
             return old
         return shard
@@ -765,9 +769,9 @@ class DelayQueue(Generic[PayloadT]):
         routes = self._routes(again=True)
         log.info("delayq: queue %s was resharded: offering to its new layout", self.name)
         groups: dict[Shard, list[int]] = {}
-        for i, spec in enumerate(specs):  # each to its limit key's, key's, else id's shard
+        for i, spec in enumerate(specs):
             key = protocol.spec_key(spec)
-            shard = routes.home(protocol.spec_limit_key(spec) or (spec.id if key is None else key))
+            shard = routes.home(protocol.spec_route(spec))
             if key is not None:  # a key still held by a reshard's previous layout stays there
                 shard = self._keyed_shard(routes, key, shard)
             groups.setdefault(shard, []).append(i)

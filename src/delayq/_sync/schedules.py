@@ -74,7 +74,7 @@ class Schedules:
         routes = self._queue._routes(again=again)
         home = routes.current[sharding.shard_of(check_name(name), len(routes.current))]
         if routes.previous:
-            old = routes.previous[sharding.shard_of(name, len(routes.previous))]
+            old = routes.previous_home(name)
             schedule_moves.carry(self._queue._runner, old.keys, home.keys, name)
         return home
 

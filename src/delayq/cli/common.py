@@ -211,11 +211,15 @@ class Session:
         self.require(name)
         return self.queue(name)
 
-    def shard_counts(self) -> dict[str, int]:
-        """The shard count Redis recorded for each sharded queue (read once per command)."""
+    def layouts(self) -> Registry:
+        """The registry and the recorded layouts, read once per command."""
         if self._layouts is None:
             self._layouts = self.read_registry()
-        return self._layouts.shard_counts()
+        return self._layouts
+
+    def shard_counts(self) -> dict[str, int]:
+        """The shard count Redis recorded for each sharded queue (read once per command)."""
+        return self.layouts().shard_counts()
 
     @property
     def registry(self) -> str:
@@ -242,8 +246,7 @@ class Session:
         """How many of the queue's keys (of ``roles``) exist; a sharded queue's are its
         sub-queues', during a reshard both layouts' (one EXISTS per sub-queue: each is its
         own slot)."""
-        self.shard_counts()  # reads the layouts once per command
-        layout = self._layouts.layouts.get(name) if self._layouts is not None else None
+        layout = self.layouts().layouts.get(name)
         names = layout.names(name) if layout is not None else [name]
         found = 0
         for part in names:

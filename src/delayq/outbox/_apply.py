@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from .._async.queue import AsyncDelayQueue
 from .._async.shard import AsyncShard
-from .._core import protocol, sharding
+from .._core import protocol
 from .._core.limits import check_same_shard
 from .._core.models import DedupMode
 from .._core.protocol import OfferSpec
@@ -95,12 +95,13 @@ class Receipts:
             limit_key = protocol.spec_limit_key(spec)  # a limit key's tasks share a shard
             if key is not None and limit_key is not None and len(routes.current) > 1:
                 check_same_shard(key, limit_key, len(routes.current))  # as DelayQueue.offer
-            route = limit_key or (spec.id if key is None else key)
+            route = protocol.spec_route(spec)
             shard = routes.home(route)
             if key is not None:
                 shard = await queue._keyed_shard(routes, key, shard)
             if routes.previous:
-                shard = await _previous_if_there(queue, routes.previous, item, route, shard)
+                old = routes.previous_home(route)
+                shard = await _previous_if_there(queue, old, item, shard)
             groups.setdefault(shard, []).append(i)
         await queue._register()
         statuses = [0] * len(items)
@@ -165,16 +166,14 @@ def _applied(shard: AsyncShard) -> str:
 
 async def _previous_if_there(
     queue: AsyncDelayQueue,
-    previous: Sequence[AsyncShard],
+    old: AsyncShard,
     item: Claimed,
-    route: str,
     shard: AsyncShard,
 ) -> AsyncShard:
-    """During a reshard, the previous layout's shard for the row (by what routes it: its
+    """During a reshard, ``old`` (the previous layout's shard for what routes the row: its
     limit key, dedup key or id) if it holds the row's task or its receipt (the row was
     applied there before the reshard began, and claimed again since): the row goes there,
     where it is found or refused, never created twice."""
-    old = previous[sharding.shard_of(route, len(previous))]
     if old is shard:
         return shard
     runner = queue._runner
