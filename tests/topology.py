@@ -625,10 +625,14 @@ class ReplicatedCluster:
 
         wait_for(healthy, timeout, "a healthy cluster", self.diagnose)
 
-    def reattach_empty_masters(self) -> list[tuple[int, int]]:
+    def reattach_empty_masters(
+        self, tried: list[tuple[int, int]] | None = None
+    ) -> list[tuple[int, int]]:
         """Each live master that serves no slot (it came back after a failover to find its
         slots taken, and replica migration is off) becomes the replica of a master that has
-        no live replica; returns the (node, master) ports paired."""
+        no live replica; returns the (node, master) ports paired. Each pair is also appended
+        to ``tried`` before its ``CLUSTER REPLICATE`` is sent, so a caller that retries on
+        errors still knows what a call that raised may have done."""
         view = self.view()
         serving = [v for v in view if v.is_master and v.slots and "fail" not in v.flags]
         followed = {v.master_id for v in view if v.master_id and "fail" not in v.flags}
@@ -641,6 +645,8 @@ class ReplicatedCluster:
         ]
         pairs = []
         for empty, orphan in zip(empties, orphans, strict=False):
+            if tried is not None:
+                tried.append((empty.port, orphan.port))
             self.node_at(empty.port).command("CLUSTER", "REPLICATE", orphan.node_id)
             pairs.append((empty.port, orphan.port))
         return pairs
