@@ -57,7 +57,7 @@ from .._core.offers import (
     is_plain,
     offer_of,
 )
-from .._core.options import QueueOptions, dedup_mode, overridden_policy
+from .._core.options import QueueOptions, check_int, dedup_mode, overridden_policy
 from .._core.protocol import FetchResult, OfferSpec
 from .._core.schedule import SCHEDULE_HEADER, fire_time_of
 from .._core.scripts import Op
@@ -884,8 +884,8 @@ class AsyncDelayQueue(Generic[PayloadT]):
 
     async def dead(self, limit: int = 100, offset: int = 0) -> list[DeadTask]:
         """Dead-lettered tasks, oldest first, with their last error."""
-        if not isinstance(limit, int) or not isinstance(offset, int) or limit < 0 or offset < 0:
-            raise ConfigError(f"limit and offset must be ints >= 0, got {limit!r}, {offset!r}")
+        check_int(limit, "limit", 0)
+        check_int(offset, "offset", 0)
         if limit == 0:
             return []
         every = (await self._routes()).every
@@ -1025,10 +1025,7 @@ class AsyncDelayQueue(Generic[PayloadT]):
     async def poll_many(self, max_tasks: int, timeout: Duration = 0.0) -> list[AsyncTask[PayloadT]]:
         """Up to ``max_tasks`` due tasks in one round trip, waiting up to ``timeout`` seconds
         for the first; an empty list if none came."""
-        if not isinstance(max_tasks, int) or not 1 <= max_tasks <= protocol.MAX_BATCH:
-            raise ConfigError(
-                f"max_tasks must be an int from 1 to {protocol.MAX_BATCH}, got {max_tasks!r}"
-            )
+        check_int(max_tasks, "max_tasks", 1, protocol.MAX_BATCH)
         return await self._poll(max_tasks, duration_ms(timeout, "timeout") / 1000)
 
     async def _poll(self, count: int, timeout: float | None) -> list[AsyncTask[PayloadT]]:
@@ -1381,18 +1378,8 @@ class AsyncDelayQueue(Generic[PayloadT]):
         except ValueError as exc:
             names = ", ".join(s.value for s in HELD_STATES)
             raise ConfigError(f"state must be one of {names}, got {state!r}") from exc
-        if (
-            not isinstance(limit, int)
-            or not isinstance(offset, int)
-            or isinstance(limit, bool)
-            or isinstance(offset, bool)
-            or not 0 <= limit <= 10_000
-            or offset < 0
-        ):
-            raise ConfigError(
-                f"limit must be an int from 0 to 10000 and offset an int >= 0, "
-                f"got {limit!r}, {offset!r}"
-            )
+        check_int(limit, "limit", 0, 10_000)
+        check_int(offset, "offset", 0)
         if limit == 0:
             return []
         every = (await self._routes()).every

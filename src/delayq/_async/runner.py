@@ -20,6 +20,7 @@ from redis.exceptions import (
     AskError,
     BusyLoadingError,
     ClusterDownError,
+    DataError,
     MasterDownError,
     MovedError,
     NoScriptError,
@@ -635,6 +636,8 @@ class Runner:
                 if kind is Failure.DEMOTED:
                     await self._redial()
                 error = exc
+            except DataError as exc:  # redis-py refused an argument: input, not an outage
+                raise ConfigError(f"a Redis call got an argument it cannot send: {exc}") from exc
             except _LOST as exc:
                 if classify_connection_error(exc) is Failure.UNREACHABLE and not self._connected:
                     raise RedisUnavailable(

@@ -38,10 +38,22 @@ def _ms(value: object, what: str, *, allow_zero: bool = True) -> int:
         raise ConfigError(str(exc)) from exc
 
 
-def check_max_attempts(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"max_attempts must be an int >= 1, got {value!r}")
+def check_int(value: object, what: str, low: int, high: int | None = None) -> int:
+    """``value`` if it is an int (a bool is not) from ``low`` to ``high`` (None: no bound),
+    else a :class:`ConfigError` naming ``what``: a bad count never reaches Redis."""
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        bounds = f">= {low}" if high is None else f"from {low} to {high}"
+        raise ConfigError(f"{what} must be an int {bounds}, got {value!r}")
     return value
+
+
+def check_max_attempts(value: object) -> int:
+    return check_int(value, "max_attempts", 1)
 
 
 def check_backoff(value: object) -> Backoff:
@@ -64,8 +76,7 @@ def dedup_mode(value: object) -> DedupMode:
 
 def envelope_codec(codec: str, payload_type: type | None, max_payload_bytes: int) -> EnvelopeCodec:
     """How a queue's tasks are encoded: the codec, the payload class and the size limit."""
-    if not isinstance(max_payload_bytes, int) or max_payload_bytes < 1:
-        raise ConfigError(f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}")
+    check_int(max_payload_bytes, "max_payload_bytes", 1)
     typed = PayloadType(payload_type) if payload_type is not None else None  # checks the class
     return EnvelopeCodec(check_codec(codec), typed, max_payload_bytes)
 
@@ -136,14 +147,7 @@ class QueueOptions:
         attempts = check_max_attempts(max_attempts)
         coded = envelope_codec(codec, payload_type, max_payload_bytes)
         at_least_once = _flag(ack, "ack")
-        if (
-            not isinstance(fetch_ahead, int)
-            or isinstance(fetch_ahead, bool)
-            or not 0 <= fetch_ahead <= MAX_FETCH_AHEAD
-        ):
-            raise ConfigError(
-                f"fetch_ahead must be an int from 0 to {MAX_FETCH_AHEAD}, got {fetch_ahead!r}"
-            )
+        check_int(fetch_ahead, "fetch_ahead", 0, MAX_FETCH_AHEAD)
         if durability is not None and not isinstance(durability, Durability):
             raise ConfigError(f"durability must be a Durability, got {durability!r}")
         # The lease is checked even at-most-once: a bad value is a mistake either way.

@@ -131,9 +131,10 @@ def check_headers(value: object) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        isinstance(k, str) and isinstance(v, str) and _utf8(k) and _utf8(v)
+        for k, v in value.items()
     ):
-        raise InvalidTaskError("headers must be a mapping of str to str")
+        raise InvalidTaskError("headers must be a mapping of str to str, each valid UTF-8")
     return dict(value)
 
 

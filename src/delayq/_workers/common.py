@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._core.handling import Counters, Outcome, Verdict, WorkerHealth, describe, outcome_of
+from .._core.options import check_int
 from .._core.outages import OUTAGES, where_of
 from .._core.text import printable, utf8_safe
 from .._core.timing import Duration, format_duration, setting_s
@@ -85,8 +86,7 @@ class WorkerOptions:
     ) -> WorkerOptions:
         if queues < 1:
             raise ConfigError("a worker needs at least one queue")
-        if not isinstance(concurrency, int) or not 1 <= concurrency <= 10_000:
-            raise ConfigError(f"concurrency must be an int from 1 to 10000, got {concurrency!r}")
+        check_int(concurrency, "concurrency", 1, 10_000)
         timeout_s = None if timeout is None else setting_s(timeout, "timeout", allow_zero=False)
         grace_s = setting_s(grace, "grace")
         slots = max(1, concurrency // queues)
@@ -95,8 +95,7 @@ class WorkerOptions:
             # few batches ahead cuts them. Prefetched leases are kept alive by the heartbeat
             # and handed back at shutdown.
             prefetch = 4 * slots
-        if not isinstance(prefetch, int) or prefetch < 0:
-            raise ConfigError(f"prefetch must be an int >= 0, got {prefetch!r}")
+        check_int(prefetch, "prefetch", 0)
         return cls(concurrency, slots, prefetch, timeout_s, grace_s, health_file)
 
     @staticmethod

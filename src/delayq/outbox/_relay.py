@@ -30,7 +30,7 @@ from .._core.durability import Durability
 from .._core.models import DedupMode
 from .._core.outages import refused_for_now
 from .._core.text import printable
-from .._core.timing import Duration, duration_ms
+from .._core.timing import Duration, duration_ms, setting_s
 from .._core.urls import without_secrets_of
 from ..exceptions import (
     ConfigError,
@@ -74,6 +74,14 @@ _SESSION_DEFAULTS: Final = {
     "tcp_user_timeout": 30_000,  # ms that sent data may stay unacknowledged
 }
 _CONFLICT: Final = "the id is held by a task with other content, which is kept unchanged"
+
+
+def _wait_s(value: object, what: str) -> float:
+    """``sweep_interval`` or ``max_backoff`` (seconds or a timedelta) in seconds."""
+    seconds = setting_s(value, what, allow_zero=False)
+    if seconds > _LONGEST_WAIT_S:
+        raise ConfigError(f"{what} must be at most {_LONGEST_WAIT_S:g} s, got {value!r}")
+    return seconds
 
 
 def truncated(text: str, limit: int = _LOGGED_CHARS) -> str:
@@ -184,9 +192,9 @@ class AsyncRelay:
         schema: str | None = None,
         batch_size: int = DEFAULT_BATCH,
         batch_bytes: int = DEFAULT_BATCH_BYTES,
-        sweep_interval: float = 5.0,
+        sweep_interval: Duration = 5.0,
         reconnect_timeout: Duration | None = None,
-        max_backoff: float = 5.0,
+        max_backoff: Duration = 5.0,
         name: str = APP_NAME,
         receipt_retention: Duration = DEFAULT_RETENTION_S,
         durability: Durability | None = None,
@@ -211,16 +219,9 @@ class AsyncRelay:
                 f"batch_bytes must be an int from 1 to {LARGEST_BATCH_BYTES} (1 GiB), "
                 f"got {batch_bytes!r}"
             )
-        for name, value in (("sweep_interval", sweep_interval), ("max_backoff", max_backoff)):
-            if (
-                not isinstance(value, int | float)
-                or isinstance(value, bool)
-                or not 0 < value <= _LONGEST_WAIT_S
-            ):
-                raise ConfigError(
-                    f"{name} must be a number of seconds from 0 (excluded) to "
-                    f"{_LONGEST_WAIT_S:g}, got {value!r}"
-                )
+        sweep_s, backoff_s = (
+            _wait_s(sweep_interval, "sweep_interval"), _wait_s(max_backoff, "max_backoff")
+        )  # fmt: skip
         if reconnect_timeout is None and not isinstance(redis, AsyncConnection):
             reconnect_timeout = DEFAULT_RECONNECT_S
         if reconnect_timeout is not None:
@@ -260,7 +261,7 @@ class AsyncRelay:
         )
         self._bury = for_psycopg(self._schema.bury)
         self._batch = batch_size
-        self._sweep_s = float(sweep_interval)
+        self._sweep_s = sweep_s
         self._reconnect_timeout = reconnect_timeout
         # A handle passed in is checked now; one of the relay's own is made on first use,
         # in the loop that runs the relay.
@@ -272,7 +273,7 @@ class AsyncRelay:
         self._known_queues: set[tuple[str, str]] = set()
         self._missed: list[int] = []  # the batch in hand's rows that found no task
         self._stop_event: asyncio.Event | None = None
-        self._outage = Outage(_FIRST_BACKOFF_S, float(max_backoff))
+        self._outage = Outage(_FIRST_BACKOFF_S, backoff_s)
         self._stopping = False
         self.stats = RelayStats()
         self.connected = asyncio.Event()  # set while both connections are up (for tests)
