@@ -21,8 +21,10 @@ from typing import Any
 import pytest
 import redis
 
-from delayq import AsyncDelayQueue, DelayQueue, LeaseLost, Reject, Retry
+from delayq import AsyncDelayQueue, DelayQueue, LeaseLost, Limit, Reject, Retry
+from delayq._core.keys import QueueKeys
 from delayq._core.scripts import Op
+from delayq._sync.shard import Ahead
 from delayq.embedded import EmbeddedCluster, EmbeddedRedis
 from tests.conftest import BINARIES
 from tests.helpers import wait_until
@@ -108,6 +110,38 @@ def test_an_at_most_once_take_loop_fetches_ahead_and_close_puts_the_rest_back(
         rest.append(task.payload)
     assert sorted(seen + rest) == list(range(n)), "each task handed out once, none lost"
     assert again.stats().total == 0
+
+
+def test_at_most_once_tasks_put_back_by_close_keep_what_their_offers_gave(
+    make_queue: Callable[..., DelayQueue],
+    monkeypatch: pytest.MonkeyPatch,
+    client: redis.Redis,
+    prefix: str,
+) -> None:
+    """A task fetched ahead at most once left Redis; close() offers it again with its key_ttl
+    (a finished task's key stays taken), its limit key (it still runs under its limit) and
+    what was left of its ttl. Before, all three were dropped: the key was free again once
+    the task ran (a second run of the same event), the task ran outside its limit."""
+    # The first take() fetches as many as fetch_ahead allows (else its loop's pace decides).
+    monkeypatch.setattr(Ahead, "want_unleased", lambda self, fetch_ahead: max(1, fetch_ahead))
+    q = make_queue("amo-kept", ack=False, fetch_ahead=8)
+    q.limits.set("tenant", Limit(concurrency=5))
+    now = time.time()  # one limit key's line: handed out by due time
+    q.offer("first", at=now - 3, limit_key="tenant")
+    keyed = q.offer("keyed", at=now - 2, key="close:1", key_ttl=3600, limit_key="tenant")
+    expiring = q.offer("expiring", at=now - 1, ttl=60, limit_key="tenant")
+    assert q.take().payload == "first"
+    assert q.stats().total == 0  # the other two left Redis, fetched ahead
+    q.close()
+    again = make_queue("amo-kept", ack=False, fetch_ahead=0)
+    info = again.get(expiring)
+    assert info is not None and info.expires_at is not None
+    assert 50 < (info.expires_at - datetime.now(UTC)).total_seconds() <= 60
+    lines = client.hmget(QueueKeys(prefix, "amo-kept").key("lim:task"), [keyed, expiring])
+    assert lines == [b"tenant", b"tenant"]  # they run under their key's limit again
+    assert [again.take().id for _ in range(2)] == [keyed, expiring]
+    repeat = again.offer("keyed", 0, key="close:1", key_ttl=3600, limit_key="tenant")
+    assert repeat == keyed and repeat.outcome == "existing"
 
 
 def test_an_at_most_once_loop_with_fetch_ahead_zero_takes_one_at_a_time(

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from delayq import Backoff, ConfigError, DelayQueue, LeaseLost, Offer, TaskState
+from delayq import Backoff, ConfigError, DelayQueue, LeaseLost, Limit, Offer, TaskState
 from delayq._core.scripts import PLAIN, Op, script
 from delayq.embedded import EmbeddedRedis
 
@@ -212,6 +212,25 @@ def test_lost_fetch_reply_loses_task_at_most_once(
     task = consumer.poll(timeout=0.2)
     assert proxy.dropped.is_set()
     assert task is not None or producer.get(tid) is not None, "task gone, never delivered"
+
+
+def test_an_at_most_once_fetch_resent_after_a_lost_reply_carries_what_the_offer_gave(
+    make_queue: Callable[..., DelayQueue], proxy: DropReplyProxy, client: redis.Redis
+) -> None:
+    """The receipt of an at-most-once fetch keeps each task's key_ttl, ttl deadline and limit
+    key beside its envelope, so the resend answers as the lost reply would have: close()
+    could otherwise put a task fetched ahead back without them."""
+    producer = make_queue()
+    producer.limits.set("t,1", Limit(concurrency=3))  # a key with the separator in it
+    consumer = make_queue(redis=proxy.url, ack=False)
+    tid = producer.offer("x", delay=0, key="k", key_ttl=60, ttl=30, limit_key="t,1")
+    proxy.arm(Op.FETCH, client)
+    task = consumer.poll(timeout=5)
+    assert proxy.dropped.is_set()
+    assert task is not None and task.id == tid, "answered from the receipt"
+    key_ttl_ms, deadline_ms, limit_key = task._kept.split(",", 2)
+    assert (key_ttl_ms, limit_key) == ("60000", "t,1")
+    assert 0 < int(float(deadline_ms)) - task.due_ms <= 30_000
 
 
 def test_lost_fetch_reply_dead_letters_undelivered_task(

@@ -7,7 +7,7 @@ import itertools
 import math
 import re
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 
 import pytest
@@ -251,6 +251,21 @@ def test_parse_fetch() -> None:
     assert protocol.parse_fetch([5, 77, b""]).next_wake_ms == 77
     assert protocol.parse_fetch([5, 77, b""]).tasks == []
     assert protocol.parse_fetch([5, 77, b""]).acked == []
+
+
+def test_an_at_most_once_fetch_carries_what_the_offer_gave_not_a_lease() -> None:
+    reply = [1000, -1, b"", b"id1", b"{}", 1, 990, 9, b"60000,1000500,tenant,a", b"id2", b"{}"]
+    reply += [1, 995, 9, b""]
+    one, two = protocol.parse_fetch(reply, leased=False).tasks
+    assert (one.token, one.kept, two.token, two.kept) == (None, "60000,1000500,tenant,a", None, "")
+    options = protocol.kept_options(one.kept, now_ms=1000000)
+    assert options == {
+        "key_ttl": timedelta(seconds=60),
+        "ttl": timedelta(milliseconds=500),
+        "limit_key": "tenant,a",  # a limit key may hold commas: it comes last
+    }
+    assert protocol.kept_options("0,1000500,", now_ms=1001000) == {"ttl": timedelta(milliseconds=1)}
+    assert protocol.kept_options("", now_ms=0) == {}
 
 
 def test_parse_info_known_and_unknown() -> None:

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Final, Literal, NamedTuple
 
 from ..exceptions import InvalidTaskError, ServerError
@@ -235,7 +236,10 @@ class RawTask:
     attempts: int
     due_ms: int
     priority: int
-    token: str | None
+    token: str | None  # the lease's; None at most once
+    # At most once: what the offer gave beyond the envelope, "key_ttl ms,ttl deadline ms,limit
+    # key" ('' for none), for putting back a task fetched but never handed out (see handed_back)
+    kept: str = ""
 
     @property
     def id_bytes(self) -> bytes:
@@ -294,7 +298,25 @@ def fetch_args(policy: Policy, count: int, keep_ms: int) -> list[Any]:
     ]
 
 
-def parse_fetch(reply: Sequence[Any]) -> FetchResult:
+def kept_options(kept: str, now_ms: int) -> dict[str, Any]:
+    """The options of an at-most-once task put back by close() (:attr:`RawTask.kept`): its
+    key_ttl, its limit key, and what is left at ``now_ms`` (server clock) of its ttl (a
+    millisecond if nothing: it expires at the next look, never delivered)."""
+    if not kept:
+        return {}
+    key_ttl_ms, deadline_ms, limit_key = kept.split(",", 2)
+    options: dict[str, Any] = {}
+    if int(key_ttl_ms) > 0:
+        options["key_ttl"] = timedelta(milliseconds=int(key_ttl_ms))
+    if deadline_ms:
+        options["ttl"] = timedelta(milliseconds=max(1, int(float(deadline_ms)) - now_ms))
+    if limit_key:
+        options["limit_key"] = limit_key
+    return options
+
+
+def parse_fetch(reply: Sequence[Any], leased: bool = True) -> FetchResult:
+    """A fetch's reply; ``leased`` False for an at-most-once fetch (no lease tokens)."""
     acks = _str(reply[2])
     low: tuple[str, ...] = ()
     if (len(reply) - 3) % 6 == 1:  # [S] the trailing signal after the task groups
@@ -307,7 +329,8 @@ def parse_fetch(reply: Sequence[Any]) -> FetchResult:
             attempts=int(reply[i + 2]),
             due_ms=int(reply[i + 3]),
             priority=9 - int(reply[i + 4]),
-            token=_str(reply[i + 5]) or None,
+            token=(_str(reply[i + 5]) or None) if leased else None,
+            kept="" if leased else _str(reply[i + 5]),
         )
         for i in range(3, len(reply), 6)
     ]

@@ -18,7 +18,7 @@ import functools
 import logging
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, Literal, Self, Unpack, cast
 
@@ -102,6 +102,8 @@ class Task(Generic[PayloadT]):
     _settled: bool = field(default=False, init=False, repr=False, compare=False)
     # The shard that leased it: its settling calls go there, whatever the layout is by then.
     _shard: Shard | None = field(default=None, repr=False, compare=False)
+    # At most once: what its offer gave beyond the envelope (protocol.RawTask.kept).
+    _kept: str = field(default="", repr=False, compare=False)
 
     @property
     def due_at(self) -> datetime:
@@ -1127,6 +1129,7 @@ class DelayQueue(Generic[PayloadT]):
                     lease_token=raw.token,
                     queue=self,
                     _shard=watch.shard,
+                    _kept=raw.kept,
                 )
             )
         return tasks, result
@@ -1159,7 +1162,7 @@ class DelayQueue(Generic[PayloadT]):
         tasks left Redis when they were fetched: they are offered again, due now (a crash
         before that loses them, never delivered: at most ``fetch_ahead`` of them)."""
         for watch in self._watches.values():
-            unleased = [t for t, _ in watch.ahead.tasks if t.lease_token is None]
+            unleased = [(t, at) for t, at in watch.ahead.tasks if t.lease_token is None]
             if unleased:
                 self._offer_again(watch.shard, unleased)
             while watch.ahead.tasks:
@@ -1174,22 +1177,22 @@ class DelayQueue(Generic[PayloadT]):
                         "lease", printable(task.id), self.name, printable(str(exc)),
                     )  # fmt: skip
 
-    def _offer_again(self, shard: Shard, tasks: Sequence[Task]) -> None:
-        """Put at-most-once tasks that were fetched but never handed out back on their shard,
-        due now, under their own ids."""
-        specs = [
-            build_offer(
-                self._codec,
-                Offer(t.payload, 0, id=t.id, priority=t.priority, headers=t.headers, key=t.key),
-            )
-            for t in tasks
-        ]
+    def _offer_again(self, shard: Shard, fetched: Sequence[tuple[Task, float]]) -> None:
+        """Put at-most-once tasks that were fetched but never handed out (each with the
+        monotonic time it came) back on their shard, due now, under their own ids, with the
+        key_ttl, limit key and the rest of the ttl their offers gave them."""
+        now = backend.monotonic()
+        specs = []
+        for t, at in fetched:
+            kept = protocol.kept_options(t._kept, t.delivered_ms + int((now - at) * 1000))
+            again = Offer(t.payload, 0, id=t.id, priority=t.priority, headers=t.headers, key=t.key)
+            specs.append(build_offer(self._codec, replace(again, **kept)))
         try:  # on their shard, or where the layout puts them if a reshard retired it
             self._write_to(shard, protocol.HANDED_BACK, specs, [False] * len(specs))
         except Exception as exc:  # Redis away: they are lost, as a crash would lose them
             log.error(
                 "delayq: %d task(s) fetched ahead at-most-once by %s could not be put back "
-                "(%s): they are lost", len(tasks), self.name, printable(str(exc)),
+                "(%s): they are lost", len(specs), self.name, printable(str(exc)),
             )  # fmt: skip
 
     def ack(self, task: Task) -> None:

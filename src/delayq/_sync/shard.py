@@ -514,7 +514,7 @@ class Shard:
             result = self._fetch_durably(durability, policy, args, keys, deadline)
         else:
             reply = self.run(Op.FETCH, args, deadline=deadline, keys=keys)
-            result = protocol.parse_fetch(reply)
+            result = protocol.parse_fetch(reply, policy.lease_ms > 0)
         # The server read its clock about halfway through the round trip: plan from there.
         received_at = backend.monotonic()
         fetched_at = (sent_at + received_at) / 2 if received_at - sent_at < 0.05 else received_at
@@ -542,7 +542,7 @@ class Shard:
             )
         except (RedisUnavailable, ServerError) as exc:
             raise type(exc)(f"queue {self._settings.name!r}: {exc}") from exc
-        result = protocol.parse_fetch(reply)
+        result = protocol.parse_fetch(reply, policy.lease_ms > 0)
         short = durability.shortfall(waited)
         leased = [raw for raw in result.tasks if raw.token]
         if short is None or not leased:

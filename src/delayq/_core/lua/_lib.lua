@@ -624,19 +624,21 @@ local function unpark(id)
 end
 
 -- Drop the dedup-key mapping of a task; with remember, keep the key blocked for key_ttl ms.
+-- Returns the task's key_ttl (0 without a dedup key).
 local function release_key(id, now, remember)
   local v = redis.call('HGET', K_TASKKEY, id)
-  if not v then return end
+  if not v then return 0 end
   redis.call('HDEL', K_TASKKEY, id)
   local sep = string.find(v, '|', 1, true)
   local key_ttl = tonumber(string.sub(v, 1, sep - 1))
   local key = string.sub(v, sep + 1)
-  if redis.call('HGET', K_KEYMAP, key) ~= id then return end
+  if redis.call('HGET', K_KEYMAP, key) ~= id then return key_ttl end
   if remember and key_ttl > 0 then
     redis.call('ZADD', K_KEPT, fmt(now + key_ttl), key)
   else
     redis.call('HDEL', K_KEYMAP, key)
   end
+  return key_ttl
 end
 
 -- Remove every trace of a task except its place in delayed/inflight/dead (the caller's job).
@@ -646,8 +648,9 @@ local function forget(id, now, remember_key)
   redis.call('HDEL', K_ATTEMPTS, id)
   redis.call('HDEL', K_ERRORS, id)
   redis.call('ZREM', K_EXPIRY, id)
-  release_key(id, now, remember_key)
+  local key_ttl = release_key(id, now, remember_key)
   limit_keys_forget({id})
+  return key_ttl
 end
 
 -- [S] Recurring schedules (issue #19, docs/schedules.md and docs/storage.md). Their keys hang

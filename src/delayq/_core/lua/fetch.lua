@@ -11,8 +11,8 @@
 -- ARGV[11..] pairs: id, lease token of tasks to ack first (as ack.lua does): a consumer that
 --         finishes one task and wants the next pays one round trip, not two
 -- KEYS[14] this call's receipt: first "#" and the ack statuses, then per task handed out
---         "id|due_ms|slot|attempts|token" (and, at-most-once, the envelope as the next
---         entry). The same call resent after a lost
+--         "id|due_ms|slot|attempts|token" (and, at-most-once, the envelope and what the
+--         offer gave as the next two entries). The same call resent after a lost
 --         reply (same nonce: by delayq or the client's own retry) returns what the first one
 --         handed out, instead of leasing more and leaving those to expire unseen (or,
 --         at-most-once, losing them)
@@ -23,6 +23,8 @@
 --         are LATENESS_BUCKETS_MS in protocol.py.
 -- Reply: {now_us, next_wake_ms or -1, ack statuses (a string of digits, 1 = acked, 0 = lease
 --        lost, as ack.lua's), then per task: id, envelope, attempts, due_ms, slot, token}
+--        (at-most-once, no lease: in token's place "key_ttl ms,ttl deadline ms,limit key",
+--        or '' when the offer gave none of them)
 --        now_us is the server's time in microseconds (consumers plan their sleep from it);
 --        next_wake_ms is the earliest due time or lease expiry still ahead (or [S] the next
 --        schedule fire, or [L] a gate's opening). [S] A trailing array, after the task
@@ -148,8 +150,8 @@ if redis.call('EXISTS', receipt) == 1 then
       envelope = redis.call('HGET', K_LEASES, id) == token and redis.call('HGET', K_TASKS, id)
       r = r + 1
     else
-      envelope = rows[r + 1]
-      r = r + 2
+      envelope, token = rows[r + 1], rows[r + 2]
+      r = r + 3
     end
     if envelope then
       local n = #reply
@@ -236,7 +238,14 @@ if #ids > 0 then
         inflight_fields[#inflight_fields + 1] = fmt(score(now + lease_ms, slot))
         inflight_fields[#inflight_fields + 1] = id
       else
-        forget(id, now, true)
+        -- At most once, the task leaves Redis here. What its offer gave it beyond the
+        -- envelope goes to the client, which needs it to put the task back if close() finds
+        -- it not handed out: "key_ttl ms,ttl deadline ms,limit key" ('' when none).
+        local line = flow_seen.task and redis.call('HGET', flow_key('lim:task'), id) or ''
+        local key_ttl, deadline = forget(id, now, true), deadlines[k] or ''
+        if key_ttl > 0 or deadline ~= '' or line ~= '' then
+          token = key_ttl .. ',' .. deadline .. ',' .. line
+        end
         task_ended({id}, now, 'ok')
       end
       local n = #reply
@@ -265,8 +274,11 @@ if handed > 0 or acks ~= '' then
   local rows = {'#' .. acks}
   for r = 4, #reply, 6 do
     rows[#rows + 1] = reply[r] .. '|' .. reply[r + 3] .. '|' .. reply[r + 4] .. '|'
-      .. reply[r + 2] .. '|' .. reply[r + 5]
-    if lease_ms == 0 then rows[#rows + 1] = reply[r + 1] end
+      .. reply[r + 2] .. '|' .. (lease_ms > 0 and reply[r + 5] or '')
+    if lease_ms == 0 then  -- the envelope and what the offer gave (a limit key has any byte)
+      rows[#rows + 1] = reply[r + 1]
+      rows[#rows + 1] = reply[r + 5]
+    end
   end
   redis.call('RPUSH', receipt, unpack(rows))
   redis.call('PEXPIRE', receipt, keep_ms)
