@@ -144,6 +144,22 @@ def test_at_most_once_tasks_put_back_by_close_keep_what_their_offers_gave(
     assert repeat == keyed and repeat.outcome == "existing"
 
 
+def test_at_most_once_a_key_ttl_survives_close_on_a_queue_without_limits(
+    make_queue: Callable[..., DelayQueue], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same through the plain fetch (a queue with no limits, pause or histories)."""
+    monkeypatch.setattr(Ahead, "want_unleased", lambda self, fetch_ahead: max(1, fetch_ahead))
+    q = make_queue("amo-plain", ack=False, fetch_ahead=8)
+    q.offer("first", at=time.time() - 1)
+    keyed = q.offer("keyed", 0, key="close:1", key_ttl=3600)
+    assert q.take().payload == "first" and q.stats().total == 0
+    q.close()
+    again = make_queue("amo-plain", ack=False, fetch_ahead=0)
+    assert again.take().id == keyed
+    repeat = again.offer("keyed", 0, key="close:1", key_ttl=3600)
+    assert repeat == keyed and repeat.outcome == "existing"
+
+
 def test_an_at_most_once_loop_with_fetch_ahead_zero_takes_one_at_a_time(
     make_queue: Callable[..., DelayQueue], client: redis.Redis
 ) -> None:
