@@ -457,6 +457,14 @@ def test_reshard_command(make_queue, redis_server, prefix) -> None:
     )
     assert refused.returncode != 0 and "1 task(s) still" in refused.stderr
     assert "Traceback" not in refused.stderr
+    # A misspelt name is refused as by every other command; it made a new sharded queue.
+    for args in (["--shards", "4"], ["--finish"]):
+        misspelt = subprocess.run(
+            [*CLI, "reshard", "mial", *args, *base], capture_output=True, text=True, env=env
+        )
+        assert misspelt.returncode == 1 and "did you mean 'mail'" in misspelt.stderr
+    listed = subprocess.run([*CLI, "queues", *base], capture_output=True, text=True, env=env)
+    assert listed.stdout.split() == ["mail"]
 
 
 def test_stats_command_shows_each_shard(make_queue, redis_server, prefix) -> None:

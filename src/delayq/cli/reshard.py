@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from .._sync.reshard import finish_reshard, start_reshard
-from .common import DEFAULT_URL, CliError, PrefixOpt, QueueArg, RedisOpt
+from .common import DEFAULT_URL, CliError, PrefixOpt, QueueArg, RedisOpt, session
 
 app = typer.Typer()  # its command is a top-level one of `delayq` (see app.py)
 
@@ -48,12 +48,14 @@ def reshard_command(
     """
     if (shards is None) == (not finish):
         raise CliError("give either --shards N or --finish", code=2)
-    if finish:
-        layout = finish_reshard(queue, redis, prefix=prefix, grace=grace)
-        sys.stdout.write(f"{queue}: reshard finished, {layout} shards\n")
-    else:
+    with session(redis, prefix) as s:
+        s.require(queue)  # a misspelt name would be made a new sharded queue
+        if finish:
+            layout = finish_reshard(queue, s.conn, prefix=prefix, grace=grace)
+            sys.stdout.write(f"{queue}: reshard finished, {layout} shards\n")
+            return
         assert shards is not None
-        started = start_reshard(queue, redis, shards=shards, prefix=prefix)
+        started = start_reshard(queue, s.conn, shards=shards, prefix=prefix)
         new, _, old = started.layout.partition("<")
         was = "unsharded" if old == "0" else f"{old} shards"
         sys.stdout.write(
