@@ -443,6 +443,29 @@ def test_reshard_sharded_to_more_shards_with_a_worker_running(
     assert finish_reshard("promo", redis_server.url, prefix=prefix, grace=0) == "8"
 
 
+def test_a_key_kept_after_its_task_finished_still_blocks_after_the_reshard_finishes(
+    make_queue, redis_server, prefix
+) -> None:
+    """key_ttl keeps a finished task's dedup key taken (docs/guarantees.md). finish_reshard
+    moves such keys to their shard in the new layout: offers stopped looking at the old one,
+    and a repeated offer made a second task."""
+    # unsharded -> 4, then 4 -> 5, which share promo~0.3: its keys that route elsewhere in
+    # the new layout move too
+    q = make_queue("promo", visibility_timeout=30)
+    firsts = [q.offer("close", 0, key=f"close:{i}", key_ttl=3600) for i in range(20)]
+    for _ in firsts:
+        q.take().ack()
+    for shards in (4, 5):
+        reshard("promo", redis_server.url, shards=shards, prefix=prefix)
+        during = make_queue("promo")
+        assert during.offer("close", 0, key="close:0", key_ttl=3600) == firsts[0]
+        assert finish_reshard("promo", redis_server.url, prefix=prefix, grace=0) == str(shards)
+        after = make_queue("promo")
+        again = [after.offer("close", 0, key=f"close:{i}", key_ttl=3600) for i in range(20)]
+        assert again == firsts and {t.outcome for t in again} == {"existing"}
+        assert after.stats().total == 0
+
+
 def test_reshard_command(make_queue, redis_server, prefix) -> None:
     make_queue("mail").offer("x", delay=60)
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}

@@ -150,6 +150,7 @@ async def finish_reshard(
                 await conn.command("HDEL", QueueKeys(prefix, sub).key("counters"), RETIRED)
             raise
         await _carry_counters(conn, prefix, old, current[0])
+        await _carry_kept_keys(conn, prefix, current, previous)
         done = sharding.Layout(layout.shards)
         await conn.command("HSET", field, name, done.encode())
         await _announce(conn, prefix, previous)
@@ -174,6 +175,47 @@ async def _carry_counters(conn: runner.Runner, prefix: str, old: list[str], heir
             if protocol.lifetime_count(field.decode()):
                 await conn.command("HINCRBY", into, field, int(value))
                 await conn.command("HDEL", counters, field)
+
+
+async def _carry_kept_keys(
+    conn: runner.Runner, prefix: str, current: list[str], previous: list[str]
+) -> None:
+    """Move the dedup keys that finished tasks keep taken (their ``key_ttl``) from the
+    previous layout to their shard in the current one, the only place offers look once the
+    reshard is finished. Each is written there before it is removed here: an offer made
+    meanwhile finds it in one place or both. A key a task of the current layout holds by then
+    is left to it."""
+    now_ms = _server_ms(await conn.command("TIME"))
+    for sub in previous:
+        old, stayed = QueueKeys(prefix, sub), 0
+        while page := await conn.command(
+            "ZRANGEBYSCORE", old.key("keptkeys"), f"({now_ms}", "+inf", "WITHSCORES",
+            "LIMIT", stayed, 500,
+        ):  # fmt: skip
+            for key, until in _pairs(page):
+                try:
+                    home = current[sharding.shard_of(key.decode(), len(current))]
+                except UnicodeDecodeError:  # not written by delayq: no offer can name it
+                    home = sub
+                if home == sub:  # a sub-queue both layouts share: its keys route here
+                    stayed += 1
+                    continue
+                holder = await conn.command("HGET", old.key("keys"), key)
+                new = QueueKeys(prefix, home)
+                if holder is not None and (
+                    await conn.command("HSETNX", new.key("keys"), key, holder)
+                    or await conn.command("HGET", new.key("keys"), key) == holder
+                ):
+                    await conn.command("ZADD", new.key("keptkeys"), until, key)
+                await conn.command("ZREM", old.key("keptkeys"), key)
+                await conn.command("HDEL", old.key("keys"), key)
+
+
+def _pairs(reply: list[Any]) -> list[tuple[bytes, Any]]:
+    """A WITHSCORES reply as (member, score) pairs, whether the client paired it or not."""
+    if reply and isinstance(reply[0], tuple | list):
+        return [(member, score) for member, score in reply]
+    return list(zip(reply[::2], reply[1::2], strict=True))
 
 
 async def _refuse_if_left(

@@ -149,6 +149,7 @@ def finish_reshard(
                 conn.command("HDEL", QueueKeys(prefix, sub).key("counters"), RETIRED)
             raise
         _carry_counters(conn, prefix, old, current[0])
+        _carry_kept_keys(conn, prefix, current, previous)
         done = sharding.Layout(layout.shards)
         conn.command("HSET", field, name, done.encode())
         _announce(conn, prefix, previous)
@@ -173,6 +174,47 @@ def _carry_counters(conn: runner.Runner, prefix: str, old: list[str], heir: str)
             if protocol.lifetime_count(field.decode()):
                 conn.command("HINCRBY", into, field, int(value))
                 conn.command("HDEL", counters, field)
+
+
+def _carry_kept_keys(
+    conn: runner.Runner, prefix: str, current: list[str], previous: list[str]
+) -> None:
+    """Move the dedup keys that finished tasks keep taken (their ``key_ttl``) from the
+    previous layout to their shard in the current one, the only place offers look once the
+    reshard is finished. Each is written there before it is removed here: an offer made
+    meanwhile finds it in one place or both. A key a task of the current layout holds by then
+    is left to it."""
+    now_ms = _server_ms(conn.command("TIME"))
+    for sub in previous:
+        old, stayed = QueueKeys(prefix, sub), 0
+        while page := conn.command(
+            "ZRANGEBYSCORE", old.key("keptkeys"), f"({now_ms}", "+inf", "WITHSCORES",
+            "LIMIT", stayed, 500,
+        ):  # fmt: skip
+            for key, until in _pairs(page):
+                try:
+                    home = current[sharding.shard_of(key.decode(), len(current))]
+                except UnicodeDecodeError:  # not written by delayq: no offer can name it
+                    home = sub
+                if home == sub:  # a sub-queue both layouts share: its keys route here
+                    stayed += 1
+                    continue
+                holder = conn.command("HGET", old.key("keys"), key)
+                new = QueueKeys(prefix, home)
+                if holder is not None and (
+                    conn.command("HSETNX", new.key("keys"), key, holder)
+                    or conn.command("HGET", new.key("keys"), key) == holder
+                ):
+                    conn.command("ZADD", new.key("keptkeys"), until, key)
+                conn.command("ZREM", old.key("keptkeys"), key)
+                conn.command("HDEL", old.key("keys"), key)
+
+
+def _pairs(reply: list[Any]) -> list[tuple[bytes, Any]]:
+    """A WITHSCORES reply as (member, score) pairs, whether the client paired it or not."""
+    if reply and isinstance(reply[0], tuple | list):
+        return [(member, score) for member, score in reply]
+    return list(zip(reply[::2], reply[1::2], strict=True))
 
 
 def _refuse_if_left(
