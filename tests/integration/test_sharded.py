@@ -466,6 +466,32 @@ def test_a_key_kept_after_its_task_finished_still_blocks_after_the_reshard_finis
         assert after.stats().total == 0
 
 
+@pytest.mark.parametrize("by_id", [True, False], ids=["by-id", "all"])
+def test_a_dead_task_whose_key_a_new_task_holds_stays_dead_during_a_reshard(
+    make_queue, redis_server, prefix, by_id
+) -> None:
+    """requeue_dead leaves a dead task dead while another task holds its dedup key. During a
+    reshard the dead task waits in the old layout and the new holder in the new one, which
+    requeue.lua does not see: both ran (two live tasks for one key)."""
+    q = make_queue("deadkey", visibility_timeout=30)
+    first = q.offer("event", 0, key="order:9")
+    other = q.offer("other", 0, key="order:10")
+    for _ in range(2):
+        q.take().reject("boom")
+    reshard("deadkey", redis_server.url, shards=4, prefix=prefix)
+    during = make_queue("deadkey")
+    second = during.offer("event again", 60, key="order:9")
+    assert second != first and second.outcome == "created"
+    if by_id:
+        assert during.requeue_dead(first) == 0
+        assert during.requeue_dead(other) == 1  # its key is free
+    else:
+        assert during.requeue_dead() == 1  # "other" only
+    stats = during.stats()
+    assert (stats.dead, stats.delayed + stats.ready) == (1, 2)
+    assert [d.id for d in during.dead()] == [first]
+
+
 def test_reshard_command(make_queue, redis_server, prefix) -> None:
     make_queue("mail").offer("x", delay=60)
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}

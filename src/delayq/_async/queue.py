@@ -910,11 +910,41 @@ class AsyncDelayQueue(Generic[PayloadT]):
         if task_id is not None:
             task_id = protocol.check_id(task_id)
             for shard in routes.searched(task_id):
+                if shard in routes.previous and await self._held_elsewhere(
+                    routes, shard, [task_id]
+                ):
+                    return 0
                 moved = await shard.requeue_dead(task_id)
                 if moved:
                     return moved
             return 0
-        return sum([await shard.requeue_dead(None) for shard in routes.every])
+        total = 0
+        for shard in routes.every:
+            if shard not in routes.previous:
+                total += await shard.requeue_dead(None)
+                continue
+            offset, batch = 0, 1000
+            while ids := await shard.dead_ids(offset, batch):
+                held = set(await self._held_elsewhere(routes, shard, ids))
+                moved = await shard.requeue_ids([i for i in ids if i not in held])
+                total += moved
+                offset += len(ids) - moved  # the ones left dead stay at the front
+                if len(ids) < batch:
+                    break
+        return total
+
+    async def _held_elsewhere(
+        self, routes: _Routes, shard: AsyncShard, ids: Sequence[Any]
+    ) -> list[Any]:
+        """During a reshard, those of ``ids`` (tasks of a shard of the previous layout) whose
+        dedup keys a task in the key's shard of the current layout holds: requeue.lua, which
+        sees only its own shard, would put them back beside that task."""
+        held = []
+        for task_id, key in zip(ids, await shard.dedup_keys(ids), strict=True):
+            home = routes.home(key) if key is not None else shard
+            if home is not shard and await home.key_taken(key, task_id):  # type: ignore[arg-type]
+                held.append(task_id)
+        return held
 
     # -- task history [H] --------------------------------------------------------------------
 

@@ -457,7 +457,7 @@ class Shard:
 
     def requeue_dead(self, task_id: str | None) -> int:
         if task_id is not None:
-            return protocol.parse_requeue(self.run(Op.REQUEUE, [1, 0, task_id])).requeued
+            return self.requeue_ids([task_id])
         total, offset, batch = 0, 0, 1000
         while True:
             moved, examined = protocol.parse_requeue(self.run(Op.REQUEUE, [batch, offset]))
@@ -465,6 +465,36 @@ class Shard:
             offset += examined - moved  # the ones left dead stay at the front
             if examined < batch:
                 return total
+
+    def requeue_ids(self, ids: Sequence[str | bytes]) -> int:
+        """Requeue the dead tasks ``ids`` (the others are left alone); how many moved."""
+        if not ids:
+            return 0
+        return protocol.parse_requeue(self.run(Op.REQUEUE, [len(ids), 0, *ids])).requeued
+
+    def dead_ids(self, offset: int, count: int) -> list[bytes]:
+        """A page of the dead tasks' ids as Redis holds them, oldest first."""
+        return list(
+            self._runner.command("ZRANGE", self.keys.key("dead"), offset, offset + count - 1)
+        )
+
+    def dedup_keys(self, ids: Sequence[str | bytes]) -> list[str | None]:
+        """The dedup key of each of tasks ``ids`` (None: it has none, or is not here)."""
+        values = self._runner.command("HMGET", self.keys.key("taskkeys"), *ids)
+        return [None if v is None else v.decode().partition("|")[2] for v in values]
+
+    def key_taken(self, key: str, task_id: str | bytes) -> bool:
+        """Whether a task other than ``task_id`` holds dedup ``key`` here: a live one, or one
+        that finished within its ``key_ttl`` (as requeue.lua judges a holder)."""
+        own = task_id.encode() if isinstance(task_id, str) else task_id
+        holder = self._runner.command("HGET", self.keys.key("keys"), key)
+        if holder is None or holder == own:
+            return False
+        if self._runner.command("HEXISTS", self.keys.key("tasks"), holder):
+            return self._runner.command("ZSCORE", self.keys.key("dead"), holder) is None
+        kept = self._runner.command("ZSCORE", self.keys.key("keptkeys"), key)
+        seconds, micros = self._runner.command("TIME")
+        return kept is not None and float(kept) > int(seconds) * 1000 + int(micros) // 1000
 
     def tasks(self, state: TaskState, offset: int, limit: int) -> list[TaskInfo]:
         rows = protocol.parse_tasks(self.run(Op.TASKS, [state.value, offset, limit]))
