@@ -9,6 +9,8 @@ once when it ends, however many calls and queues fail meanwhile.
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 import threading
 import uuid
@@ -273,6 +275,69 @@ async def test_closing_an_async_handle_leaves_a_client_passed_in_open(
         assert await client.zcard(q.keys.key("delayed")) == 1  # the client still works
     finally:
         await client.aclose()
+
+
+def channels_of(admin: redis.Redis, prefix: str) -> list[bytes]:
+    return list(admin.pubsub_channels(f"{prefix}:*"))
+
+
+def test_a_queue_dropped_unclosed_leaves_the_handles_pubsub_connection(
+    redis7_server: EmbeddedRedis, admin: redis.Redis, prefix: str
+) -> None:
+    """A queue dropped without close() (one per request, say) costs nothing once collected:
+    its channel is unsubscribed at the handle's next opening or closing of a queue (or the
+    pub/sub connection's next PING). Before, every one stayed subscribed for the handle's
+    life."""
+    with delayq.connect(redis7_server.url, prefix=prefix) as conn:
+        for i in range(20):
+            q = conn.queue(f"q{i}")
+            assert q.poll(timeout=0.01) is None  # listening
+            del q
+        gc.collect()
+        kept = conn.queue("kept")
+        assert kept.poll(timeout=0.01) is None
+        wait_until(lambda: len(channels_of(admin, prefix)) == 1, timeout=5)
+        assert conn.subscriber.connections == 1
+
+
+async def test_an_async_queue_dropped_unclosed_leaves_the_handles_pubsub_connection(
+    redis7_server: EmbeddedRedis, admin: redis.Redis, prefix: str
+) -> None:
+    async with delayq.aconnect(redis7_server.url, prefix=prefix) as conn:
+        for i in range(20):
+            q = conn.queue(f"q{i}")
+            assert await q.poll(timeout=0.01) is None
+            del q
+        gc.collect()
+        kept = conn.queue("kept")
+        assert await kept.poll(timeout=0.01) is None
+        for _ in range(100):
+            if len(await asyncio.to_thread(channels_of, admin, prefix)) == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert len(channels_of(admin, prefix)) == 1
+
+
+def test_closing_a_handle_on_a_client_passed_in_ends_its_queues_subscriptions(
+    redis7_server: EmbeddedRedis, admin: redis.Redis, prefix: str
+) -> None:
+    """Every queue built on the handle closes with it, also ``DelayQueue(name, conn)``: the
+    handle of a client passed in leaves the client open, and that queue's channel kept the
+    client's pub/sub connection (and its listener thread) alive, redialling for ever."""
+    name = client_name()
+    client = redis.Redis.from_url(redis7_server.url, client_name=name)
+    try:
+        conn = delayq.connect(client, prefix=prefix)
+        opened, built = conn.queue("opened"), DelayQueue("built", conn, prefix=prefix)
+        assert opened.poll(timeout=0.01) is None and built.poll(timeout=0.01) is None
+        assert len(clients(admin, name, "pubsub")) == 1
+        conn.close()
+        with pytest.raises(QueueClosed):
+            built.stats()
+        wait_until(lambda: not clients(admin, name, "pubsub"), timeout=5)
+        assert client.ping()  # left open
+    finally:
+        client.close()
 
 
 def test_what_a_handle_refuses() -> None:

@@ -177,14 +177,16 @@ class AsyncConnection(layer.Handle):
         Not cached: each call makes a new queue object (cheap: it holds no connection of its
         own), so that closing one, or a view made of it, never closes another caller's. Keep
         the one you use; a queue dropped without :meth:`AsyncDelayQueue.close` costs
-        nothing once collected.
+        nothing once collected: its channels leave the handle's pub/sub connections when the
+        handle next opens or closes a queue, or within 30 s (the connection's next PING).
         """
         options.setdefault("prefix", self._prefix)
-        queue: AsyncDelayQueue[PayloadT] = AsyncDelayQueue(
-            name, self, payload_type=payload_type, **options
-        )
+        return AsyncDelayQueue(name, self, payload_type=payload_type, **options)
+
+    def adopt(self, queue: AsyncDelayQueue[Any]) -> None:
+        """Close ``queue`` (built on this handle) with it: its channels leave the handle's
+        pub/sub connections, which may belong to a client passed in that stays open."""
         self._queues.add(queue)
-        return queue
 
     async def queues(self) -> list[str]:
         """The registered queue names under the handle's prefix (every queue ever offered to
@@ -235,9 +237,10 @@ class AsyncConnection(layer.Handle):
     # -- lifecycle --------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close the queues opened with :meth:`queue` (handing back the tasks they fetched
-        ahead), then the connections (a client passed in is left open). A queue built on
-        the handle otherwise raises :class:`QueueClosed` from then on."""
+        """Close the queues built on the handle (with :meth:`queue` or as
+        ``AsyncDelayQueue(name, conn)``: they hand back the tasks they fetched ahead and
+        leave its pub/sub connections), then the connections (a client passed in is left
+        open)."""
         if self._closed:
             return
         self._closed = True

@@ -86,6 +86,10 @@ class Handle:
         """The handle's runner (raises :class:`QueueClosed` once the handle is closed)."""
         raise NotImplementedError
 
+    def adopt(self, queue: Any) -> None:
+        """A queue was built on the handle: close it with the handle."""
+        raise NotImplementedError
+
 
 def shared(redis: object) -> bool:
     """Whether ``redis`` is a runner or a handle: its user shares it and must not close it."""

@@ -23,6 +23,7 @@ one is a no-op).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -127,6 +128,12 @@ class Notifier:
             await self._subscriber._leave(self)
             self._push(None)  # waiters look at the queue again, and find it closed
 
+    def drop(self) -> None:
+        """Its queue was collected unclosed (a weakref finalizer, which may run anywhere,
+        calls this): unsubscribed at the subscriber's next safe point, no lock taken here."""
+        self._closed = True
+        self._subscriber._dropped.append(self)
+
 
 class Subscriber:
     """Every wake-up channel of one client, over one pub/sub connection per node."""
@@ -143,6 +150,7 @@ class Subscriber:
         self._closed = False
         self._pid = backend.process_id()
         self.where: str | None = None  # the Redis its runner names, for outages (outages.py)
+        self._dropped: collections.deque[Notifier] = collections.deque()  # see Notifier.drop
 
     def notifier(self, channel: str, bell: Any = None) -> Notifier:
         """A handle on ``channel`` (it subscribes on its ``start()``)."""
@@ -187,6 +195,7 @@ class Subscriber:
         with self._lock:
             if self._closed:
                 return
+            self._drop_collected()
             if self._channels.join(handle.channel, handle):
                 self._place(handle.channel, self._node_of(handle.channel))
 
@@ -203,9 +212,30 @@ class Subscriber:
             for channel in self._channels:
                 self._place(channel, self._node_of(channel))
 
+    def _drop_collected(self) -> None:
+        """(Under the lock.) The handles of queues collected unclosed leave: each channel left
+        without a handle is unsubscribed, and a connection left without a channel ends when
+        the server confirms (or at its next PING)."""
+        while self._dropped:
+            handle = self._dropped.popleft()
+            if not handle._joined:
+                continue  # closed meanwhile, or never started
+            handle._joined = False
+            if not self._channels.leave(handle.channel, handle):
+                continue
+            link = self._links.get(self._home.pop(handle.channel, UNPLACED))
+            if link is None:
+                continue
+            command = link.state.remove(handle.channel)
+            if link.state.empty:
+                link.retire()
+            if command is not None:
+                link.wire.send([command])
+
     async def _leave(self, handle: Notifier) -> None:
         channel = handle.channel
         with self._lock:
+            self._drop_collected()
             if not self._channels.leave(channel, handle):
                 return
             link = self._links.get(self._home.pop(channel, UNPLACED))
@@ -444,6 +474,7 @@ class _Link:
             )  # fmt: skip
         while True:
             with sub._lock:
+                sub._drop_collected()
                 if wire.closing or state.empty:
                     return
             try:

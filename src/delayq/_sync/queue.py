@@ -219,6 +219,11 @@ class _Routes:
         return first + [shard for shard in self.every if shard not in first]
 
 
+def _drop_channels(shared: _Shared) -> None:
+    for shard in list(shared.engines.values()):
+        shard.notifier.drop()
+
+
 @dataclass(eq=False)
 class _Shared:
     """What a queue and its ``with_policy`` views share: connections, shards, the layout."""
@@ -359,6 +364,11 @@ class DelayQueue(Generic[PayloadT]):
         self._closed = False
         self._base: DelayQueue[PayloadT] | None = None  # set on a view (with_policy)
         self._views: weakref.WeakSet[DelayQueue[PayloadT]] = weakref.WeakSet()
+        if isinstance(redis, runner.Handle):
+            redis.adopt(self)
+        # Collected without close(): its shards' channels leave the pub/sub connections,
+        # which a handle (or a client passed in) keeps for other queues.
+        weakref.finalize(self, _drop_channels, self._shared).atexit = False
 
     # -- lifecycle --------------------------------------------------------------------------
 
