@@ -6,7 +6,7 @@ import traceback
 
 import pytest
 
-from delayq._core.errors_text import error_summary
+from delayq._core.errors_text import error_summary, redis_error_text
 from delayq._core.handling import describe
 
 
@@ -78,3 +78,23 @@ def test_width_cuts_with_an_ellipsis() -> None:
     assert error_summary("RuntimeError: " + "x" * 100, width=20) == "RuntimeError: xxxxx…"
     assert len(error_summary("y" * 100, width=20)) == 20
     assert error_summary("short", width=20) == "short"
+
+
+def test_a_sentinel_client_written_out_whole_is_named_by_its_address() -> None:
+    """redis-py's MasterNotFoundError names each sentinel by the client's repr (about a
+    thousand characters of pool options, on one line of the CLI's error)."""
+    client = (
+        "<redis.client.Redis(<redis.connection.ConnectionPool(<redis.connection.Connection("
+        "db=0,username=<REDACTED>,password=*** object at 0x7f82>,host=10.0.0.5,port=26379,"
+        "socket_keepalive_options=<object object at 0x7f8>,orig_host_address=10.0.0.5)>)>)>"
+    )
+    text = (
+        f"No master found for 'mymaster' : {client} - network:ConnectionError: Error 111 "
+        f"connecting to 10.0.0.5:26379. Connection refused., {client} - TimeoutError: t/o"
+    )
+    assert redis_error_text(Exception(text)) == (
+        "No master found for 'mymaster' : sentinel 10.0.0.5:26379: network:ConnectionError: "
+        "Error 111 connecting to 10.0.0.5:26379. Connection refused., sentinel 10.0.0.5:26379: "
+        "TimeoutError: t/o"
+    )
+    assert redis_error_text("Connection refused") == "Connection refused"

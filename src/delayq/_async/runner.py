@@ -43,6 +43,7 @@ from .._core.connection import (
     redirect_of,
     socket_timeout_s,
 )
+from .._core.errors_text import redis_error_text
 from .._core.outages import OUTAGES
 from .._core.scripts import Op, script
 from .._core.urls import safe_url
@@ -645,7 +646,8 @@ class Runner:
             except _LOST as exc:
                 if classify_connection_error(exc) is Failure.UNREACHABLE and not self._connected:
                     raise RedisUnavailable(
-                        f"cannot reach Redis at {self.where}: {exc}", where=self.where
+                        f"cannot reach Redis at {self.where}: {redis_error_text(exc)}",
+                        where=self.where,
                     ) from exc
                 error = exc
                 if self._cluster:
@@ -664,7 +666,8 @@ class Runner:
                 self._failed(error, now)
             if deadline is not None and now >= deadline:
                 raise RedisUnavailable(
-                    f"Redis at {self.where} unreachable after {failures} tries: {error}",
+                    f"Redis at {self.where} unreachable after {failures} tries: "
+                    f"{redis_error_text(error)}",
                     where=self.where,
                 ) from error
             await backend.sleep(backoff.pause(now, deadline))

@@ -8,6 +8,8 @@ the CLI and the dashboard alike.
 
 from __future__ import annotations
 
+import re
+
 # The lines of a formatted traceback that are not the exception itself: the header, the frame
 # lines ("  File ...", then the indented source and caret lines) and the chain separators.
 _HEADER = "Traceback (most recent call last):"
@@ -51,3 +53,20 @@ def bind_error(host: str, port: int, exc: OSError) -> OSError:
     error = OSError(f"cannot listen on {host}:{port}: {reason}")
     error.errno = exc.errno
     return error
+
+
+# redis-py's "No master found" names each sentinel it asked by the client's whole repr (its
+# pool and connection options: a thousand characters), then " - " and that sentinel's error.
+_SENTINEL_REPR = re.compile(r"<redis\.(?:asyncio\.)?client\.Redis\((?P<inner>.*?)\)> - ")
+_ADDRESS = re.compile(r"\bhost=(?P<host>[^,)>]+),port=(?P<port>\d+)")
+
+
+def redis_error_text(error: BaseException | str) -> str:
+    """``error``'s text with each sentinel client redis-py wrote out whole shortened to its
+    address: ``No master found for 'mymaster' : sentinel 10.0.0.5:26379: ConnectionError...``."""
+
+    def address(found: re.Match[str]) -> str:
+        where = _ADDRESS.search(found.group("inner"))
+        return f"sentinel {where.group('host')}:{where.group('port')}: " if where else "sentinel: "
+
+    return _SENTINEL_REPR.sub(address, str(error))

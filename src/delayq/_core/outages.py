@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Final
 
+from .errors_text import redis_error_text
 from .text import printable
 
 log = logging.getLogger("delayq")
@@ -103,7 +104,7 @@ class Outages:
             log.warning(
                 "delayq: Redis at %s unavailable (%s: %s): %s failing, retrying; logged once "
                 "until it answers",
-                printable(where), key[1], printable(error), printable(what),
+                printable(where), key[1], printable(redis_error_text(error)), printable(what),
             )  # fmt: skip
         else:
             log.debug("delayq: Redis at %s: %s failed again (%s)", where, what, error)
