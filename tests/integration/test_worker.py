@@ -1073,3 +1073,36 @@ def test_sigterm_with_100_tasks_in_flight_loses_none(
         assert set(per_id) == set(ids), "tasks lost"
         assert max(per_id.values()) == 1, "a task was handled twice"
         assert empty_counts(q) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("exit_by", [SystemExit(3), KeyboardInterrupt()], ids=repr)
+def test_an_async_worker_survives_a_handler_that_exits(
+    redis_server: Any, prefix: str, exit_by: BaseException
+) -> None:
+    """The worker never dies from a task, not even sys.exit() (as the thread Worker): raised
+    out of a handler's task, SystemExit ended asyncio.run, the worker and every handler
+    beside it, the task left leased until its visibility timeout."""
+    attempts: list[int] = []
+
+    async def main() -> None:
+        q = AsyncDelayQueue("exits", redis_server.url, prefix=prefix)
+        again = asyncio.Event()
+
+        async def handler(task: Any) -> None:
+            attempts.append(task.attempts)
+            if task.attempts == 1:
+                raise exit_by  # say, a library calling sys.exit() on bad input
+            again.set()
+
+        worker = AsyncWorker(q, handler, concurrency=1, retry_backoff=Backoff(base=0.05, max=0.05))
+        handle = worker.start_background()
+        await q.offer("x")
+        try:
+            await asyncio.wait_for(again.wait(), 15)
+            assert handle.running
+        finally:
+            await handle.stop()
+            await q.close()
+
+    asyncio.run(main())
+    assert attempts == [1, 2]

@@ -294,7 +294,9 @@ class AsyncWorker(WorkerBase):
             self._counters.timed_out += 1
             error = TimeoutError(f"handler timed out after {self._options.timeout}s")
             error.__cause__ = exc.__cause__
-        except Exception as exc:  # the worker never dies from a task
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            # The worker never dies from a task (not even sys.exit): escaping a task, those
+            # two would end the event loop, the worker and every handler running beside.
             error = exc
         now = time.monotonic()
         outcome = self._judged(name, run, error, result, now)
