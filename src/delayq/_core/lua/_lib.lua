@@ -719,8 +719,15 @@ local function sched_admit(name, st, id, fire_ms)
   local buf = sched_key('sched:buf:' .. name)
   local held = redis.call('LLEN', buf)
   if st.ovl == 'buffer_one' and held > 0 then
+    -- The held fire is dropped for this one: skipped, and a chain fire no longer counts
+    -- towards max_fires (a trigger's never did).
+    local st_key, chain = sched_key('sched:st:' .. name), 0
+    for _, entry in ipairs(redis.call('LRANGE', buf, 0, -1)) do
+      if not string.find(entry, ':m:', #name + 3, true) then chain = chain + 1 end
+    end
     redis.call('DEL', buf)
-    redis.call('HINCRBY', sched_key('sched:st:' .. name), 'skipped', held)
+    redis.call('HINCRBY', st_key, 'skipped', held)
+    if chain > 0 then st.fired = redis.call('HINCRBY', st_key, 'fired', -chain) end
   elseif held >= SCHED_MAX_BUFFER then
     return 'skipped'
   end
@@ -769,12 +776,18 @@ local function sched_fire(name, st, fire_ms, gap)
 end
 
 -- Release a fire held by the overlap policy once the schedule has none alive: due now, or
--- at its time if it was held while made ahead of it (never early).
+-- at its time if it was held while made ahead of it (never early); not while the schedule
+-- is paused.
 local function sched_release(name, now)
-  local entry = redis.call('LPOP', sched_key('sched:buf:' .. name))
+  local buf = sched_key('sched:buf:' .. name)
+  local entry = redis.call('LPOP', buf)
   if not entry then return end
   local st = sched_state(name)
   if not st.ver or st.gone == '1' then return end
+  if st.paused == '1' then  -- held on: the resume releases it
+    redis.call('LPUSH', buf, entry)
+    return
+  end
   local id, fire_ms = string.match(entry, '^(.*)|(%d+)$')
   sched_offer(name, st, id, tonumber(fire_ms), math.max(now, tonumber(fire_ms)))
 end
@@ -840,7 +853,9 @@ local function sched_drop_pending(name, now)
     if nominal and tonumber(state[2]) == nominal then
       redis.call('HSET', st_key, 'last_ms', state[3] or '0')
     end
+    -- Not fired: a schedule that max_fires ended with it is not over (planned again).
     redis.call('HINCRBY', st_key, 'fired', -1)
+    redis.call('HSET', st_key, 'done', 0)
   end
 end
 

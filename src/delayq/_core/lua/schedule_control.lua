@@ -14,7 +14,8 @@
 -- Reply: {status, detail}: status -1 = no such schedule, -2 = a reshard moved it (detail =
 --        the (sub-)queue it went to: the caller reads the layout again); pause/resume/remove: 1 = done,
 --        0 = it was so already; trigger: 1 = fired, 2 = held back (buffered), 0 = skipped
---        (overlap), 3 = done before (the same request); detail = the fire id;
+--        (overlap, then or by the same request before), 3 = done before (the same request);
+--        detail = the fire id;
 --        backfill: 1 with detail = fires offered, or 3 = done before
 local name, action = ARGV[1], ARGV[2]
 local now = now_ms()
@@ -37,6 +38,7 @@ elseif action == 'resume' then
   redis.call('HSET', st_key, 'paused', 0, 'note', '', 'cursor', st.cursor)
   redis.call('ZREMRANGEBYSCORE', sched_key('sched:at:' .. name), '-inf', st.cursor)
   if st.done ~= '1' then sched_plan(name, st, now) end
+  if tonumber(st.live or '0') <= 0 then sched_release(name, now) end  -- one held in the pause
   return {1, ''}
 elseif action == 'remove' then
   sched_drop_pending(name, now)
@@ -54,7 +56,7 @@ local req_key = sched_key('sched:req:' .. name .. ':' .. request)
 local earlier = redis.call('GET', req_key)
 if earlier then
   local status, detail = string.match(earlier, '^(%d)|(.*)$')
-  return {3, detail}
+  return {status == '0' and 0 or 3, detail}  -- a skipped trigger is skipped again
 end
 -- Remember the request, and list it where a reshard finds it to carry (schedule_move.lua).
 local function remember(reply, ms)

@@ -36,10 +36,11 @@ redis.call('HSET', st_key, 'ver', ver, 'hash', hash, 'spec', ARGV[3], 'kind', AR
   'jit', ARGV[10], 'ovl', ARGV[11], 'cu', ARGV[12], 'win', ARGV[13], 'prio', ARGV[14],
   'tpl', ARGV[15], 'ph', ARGV[16], 'cursor', fmt(cursor), 'gone', 0, 'done', 0, 'exh', 0,
   'changed_ms', fmt(now))
-for _, field in ipairs({'fired', 'skipped', 'missed', 'manual', 'backfilled', 'live',
-    'paused'}) do
+for _, field in ipairs({'fired', 'skipped', 'missed', 'manual', 'backfilled', 'live'}) do
   redis.call('HSETNX', st_key, field, 0)
 end
+-- A pause is the live schedule's: one re-created after a remove starts unpaused.
+if status == 1 then redis.call('HSET', st_key, 'paused', 0, 'note', '') end
 redis.call('HSETNX', st_key, 'created_ms', fmt(now))
 redis.call('PERSIST', st_key)  -- a tombstone no more
 redis.call('ZREM', sched_key('sched:gone'), name)
