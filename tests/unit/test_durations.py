@@ -87,3 +87,13 @@ def test_background_stop_takes_a_timedelta() -> None:
     assert handle.running and not worker.stopped.is_set()  # a bad timeout stops nothing
     handle.stop(timeout=timedelta(seconds=5))
     assert not handle.running
+
+
+def test_a_workers_concurrency_is_split_across_its_queues() -> None:
+    def handlers(queues: int, concurrency: int) -> tuple[int, ...]:
+        return WorkerOptions.build(queues, concurrency, None, 0, None, None).handlers
+
+    assert handlers(1, 8) == (8,)
+    assert handlers(2, 3) == (2, 1)  # what does not divide goes to the first queues
+    assert handlers(3, 8) == (3, 3, 2)
+    assert handlers(3, 1) == (1, 1, 1)  # at least one each

@@ -50,7 +50,9 @@ class _Run(Delivery):
 
 
 class AsyncWorker(WorkerBase):
-    """Runs ``handler`` for every due task of ``queues`` with up to ``concurrency`` at once.
+    """Runs ``handler`` for every due task of ``queues`` with up to ``concurrency`` at once,
+    split across the queues (at least one handler each: on more queues than ``concurrency``,
+    one per queue).
 
     Return from the handler = ack. Raise = retry after the queue's backoff (dead-lettered after
     ``max_attempts``); raise :class:`~delayq.Retry` or :class:`~delayq.Reject` to choose. Leases
@@ -144,7 +146,7 @@ class AsyncWorker(WorkerBase):
         runners = [
             self._start("run", functools.partial(self._run_loop, i), i)
             for i in range(len(self._queues))
-            for _ in range(self._options.slots)
+            for _ in range(self._options.handlers[i])
         ]
         log.info(
             "delayq worker started: queues=%s concurrency=%d",

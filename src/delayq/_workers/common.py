@@ -68,7 +68,10 @@ class Hooks:
 @dataclass(frozen=True, slots=True)
 class WorkerOptions:
     concurrency: int
-    slots: int  # handlers per queue (concurrency split evenly across queues)
+    # Handlers per queue: concurrency split across the queues, the first ones taking what
+    # does not divide, at least one each (a worker on more queues than concurrency runs one
+    # handler per queue).
+    handlers: tuple[int, ...]
     prefetch: int  # tasks fetched ahead per queue, handed back on shutdown
     timeout: float | None  # seconds
     grace: float  # seconds
@@ -89,14 +92,17 @@ class WorkerOptions:
         check_int(concurrency, "concurrency", 1, 10_000)
         timeout_s = None if timeout is None else setting_s(timeout, "timeout", allow_zero=False)
         grace_s = setting_s(grace, "grace")
-        slots = max(1, concurrency // queues)
+        handlers = tuple(
+            max(1, concurrency // queues + (i < concurrency % queues)) for i in range(queues)
+        )
+        slots = handlers[0]  # the most any queue has
         if prefetch is None:
             # Under a backlog the round trips per task, not Redis, set the pace: fetching a
             # few batches ahead cuts them. Prefetched leases are kept alive by the heartbeat
             # and handed back at shutdown.
             prefetch = 4 * slots
         check_int(prefetch, "prefetch", 0)
-        return cls(concurrency, slots, prefetch, timeout_s, grace_s, health_file)
+        return cls(concurrency, handlers, prefetch, timeout_s, grace_s, health_file)
 
     @staticmethod
     def heartbeat_s(queues: Sequence[Any]) -> float:
@@ -357,7 +363,7 @@ class WorkerBase:
         # applies from the next batch fetched.
         self._traced = False
         self._state = "starting"
-        self._ledger = Ledger(len(queues), Pace.of(options.slots, options.prefetch))
+        self._ledger = Ledger(len(queues), Pace.of(options.handlers[0], options.prefetch))
         self._signals = 0
         self._supervisor = LoopSupervisor(self._counters)
         self._health_error: str | None = None

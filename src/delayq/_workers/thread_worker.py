@@ -44,7 +44,8 @@ class _Run(Delivery):
 
 
 class Worker(WorkerBase):
-    """Runs ``handler`` for every due task of ``queues`` in ``concurrency`` threads.
+    """Runs ``handler`` for every due task of ``queues`` in ``concurrency`` threads, split
+    across the queues (at least one each: on more queues than ``concurrency``, one per queue).
 
     The same contract as :class:`AsyncWorker`: return = ack, raise = retry with backoff
     (dead-lettered after ``max_attempts``), :class:`~delayq.Retry` / :class:`~delayq.Reject` to
@@ -128,7 +129,7 @@ class Worker(WorkerBase):
         self._runners = [
             self._thread(self._run_loop, i, name="run", queue=q.name)
             for i, q in enumerate(self._queues)
-            for _ in range(self._options.slots)
+            for _ in range(self._options.handlers[i])
         ]
         helpers = [
             self._thread(self._ack_loop, name="ack"),

@@ -61,7 +61,12 @@ def worker(
         typer.Option("--queue", "-q", metavar="QUEUE", help="Queue to consume (repeatable)."),
     ],
     concurrency: Annotated[
-        int, typer.Option(min=1, metavar="N", help="Handlers running at once.")
+        int,
+        typer.Option(
+            min=1,
+            metavar="N",
+            help="Handlers running at once, split across the queues (at least one each).",
+        ),
     ] = 8,
     timeout: Annotated[
         str | None,
