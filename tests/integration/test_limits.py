@@ -194,6 +194,26 @@ def test_limits_changed_or_removed_while_tasks_wait(make_queue) -> None:
     assert q.limits.get("t").next_admission_at is not None
 
 
+def test_a_first_concurrency_limit_counts_the_leases_of_its_key_already_running(
+    make_queue,
+) -> None:
+    """Leases of keyed tasks count before any limit exists: a cap of 1 set on a key while
+    two of its leases run starts nothing more until both end (it started one more: the two
+    were never counted, the queue having no limit then)."""
+    q = make_queue("late")
+    q.offer_many([Offer(i, 0, limit_key="t") for i in range(4)])
+    running = q.poll_many(2, timeout=2)
+    assert len(running) == 2
+    q.limits.set("t", Limit(concurrency=1))
+    assert q.limits.get("t").running == 2
+    assert q.poll_many(10, timeout=0.5) == []
+    for task in running:
+        task.ack()
+    (next_one,) = q.poll_many(10, timeout=5)
+    assert q.limits.get("t").running == 1
+    next_one.ack()
+
+
 def test_parked_tasks_can_be_read_cancelled_and_expire(make_queue) -> None:
     q = make_queue("park")
     q.limits.set("t", Limit(concurrency=1))

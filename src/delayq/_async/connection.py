@@ -183,7 +183,7 @@ class AsyncConnection(layer.Handle):
         options.setdefault("prefix", self._prefix)
         return AsyncDelayQueue(name, self, payload_type=payload_type, **options)
 
-    def adopt(self, queue: AsyncDelayQueue[Any]) -> None:
+    def _adopt(self, queue: AsyncDelayQueue[Any]) -> None:
         """Close ``queue`` (built on this handle) with it: its channels leave the handle's
         pub/sub connections, which may belong to a client passed in that stays open."""
         self._queues.add(queue)

@@ -184,7 +184,7 @@ class Connection(layer.Handle):
         options.setdefault("prefix", self._prefix)
         return DelayQueue(name, self, payload_type=payload_type, **options)
 
-    def adopt(self, queue: DelayQueue[Any]) -> None:
+    def _adopt(self, queue: DelayQueue[Any]) -> None:
         """Close ``queue`` (built on this handle) with it: its channels leave the handle's
         pub/sub connections, which may belong to a client passed in that stays open."""
         self._queues.add(queue)

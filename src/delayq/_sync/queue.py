@@ -365,7 +365,7 @@ class DelayQueue(Generic[PayloadT]):
         self._base: DelayQueue[PayloadT] | None = None  # set on a view (with_policy)
         self._views: weakref.WeakSet[DelayQueue[PayloadT]] = weakref.WeakSet()
         if isinstance(redis, runner.Handle):
-            redis.adopt(self)
+            redis._adopt(self)
         # Collected without close(): its shards' channels leave the pub/sub connections,
         # which a handle (or a client passed in) keeps for other queues.
         weakref.finalize(self, _drop_channels, self._shared).atexit = False

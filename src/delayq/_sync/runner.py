@@ -88,7 +88,7 @@ class Handle:
         """The handle's runner (raises :class:`QueueClosed` once the handle is closed)."""
         raise NotImplementedError
 
-    def adopt(self, queue: Any) -> None:
+    def _adopt(self, queue: Any) -> None:
         """A queue was built on the handle: close it with the handle."""
         raise NotImplementedError
 

@@ -562,7 +562,9 @@ end
 -- [L] After fetch handed tasks out under limits: each lease holds a slot of '*' and of its
 -- key (the counts lease_ended gives back). At-most-once deliveries hold none.
 local function limits_charge(reply, charged, leased)
-  if not leased or not flow_seen.limits then return end
+  -- Keyed tasks count while no limit exists yet too: a concurrency limit set on their key
+  -- later must see the leases already running.
+  if not leased or not (flow_seen.limits or flow_seen.task) then return end
   local fields, per_key = {}, {}
   for r = 4, #reply, 6 do
     local id = reply[r]
