@@ -145,51 +145,46 @@ def test_slot_migration_moves_the_keys_of_the_slot(cluster: ReplicatedCluster) -
         client.close()
 
 
-def test_an_empty_master_is_reattached_to_a_master_without_replica(
-    cluster: ReplicatedCluster,
-) -> None:
+def test_an_empty_master_is_reattached_to_a_master_without_replica() -> None:
     """A replica turned into a master without slots (CLUSTER RESET, as a master does that
     comes back to find its slots taken while replica migration is off) leaves its master
-    without a replica; reattach_empty_masters() makes it that master's replica again."""
-    # Waited for, with a diagnosis if it never comes: once, under a loaded CI machine, the
-    # first live node's view listed no master with slots here.
-    # An earlier test of the module may have left an empty master and a master without its
-    # replica (a fresh-clone CI run found both, and reattach paired them too): pair them
-    # first, so that only this test's pair is left to find.
-    cluster.reattach_empty_masters()
-    cluster.wait_healthy(60)
-    # A master with its replica.
-    master = wait_for(
-        lambda: [m for m in cluster.masters() if cluster.replicas_of(m)], 30,
-        "a master with a replica in the cluster's view", cluster.diagnose,
-    )[0]  # fmt: skip
-    replica = cluster.replicas_of(master)[0]
-    replica.command("CLUSTER", "RESET", "SOFT")
-    replica.command("CLUSTER", "MEET", "127.0.0.1", master.port)
+    without a replica; reattach_empty_masters() makes it that master's replica again.
 
-    def seen_empty() -> bool:  # by every live node: reattach asks one of them
-        return all(
-            any(v.port == replica.port and v.is_master and not v.slots for v in cluster.view(n))
-            and not any(v.master_id == cluster.ids[master.port] for v in cluster.view(n))
-            for n in cluster.live_nodes()
-        )
+    On a cluster of its own: the module's shared one may hold what earlier tests left (an
+    orphaned master, an empty one), which twice in a fresh-clone CI run made reattach pair
+    the reset replica with another master."""
+    with running(ReplicatedCluster(BINARIES[0][1])) as cluster:
+        master = wait_for(
+            lambda: [m for m in cluster.masters() if cluster.replicas_of(m)], 30,
+            "a master with a replica in the cluster's view", cluster.diagnose,
+        )[0]  # fmt: skip
+        replica = cluster.replicas_of(master)[0]
+        replica.command("CLUSTER", "RESET", "SOFT")
+        replica.command("CLUSTER", "MEET", "127.0.0.1", master.port)
 
-    wait_for(seen_empty, 30, "the reset replica seen as an empty master", cluster.diagnose)
-    # reattach reads one node's view, which may still lag the others' (it found nothing once),
-    # and a call can raise after its REPLICATE took effect (twice in a CI run the pair was made
-    # while no call returned it): retry until the replica follows, judging by what was sent.
-    tried: list[tuple[int, int]] = []
+        def seen_empty() -> bool:  # by every live node: reattach asks one of them
+            return all(
+                any(v.port == replica.port and v.is_master and not v.slots for v in cluster.view(n))
+                and not any(v.master_id == cluster.ids[master.port] for v in cluster.view(n))
+                for n in cluster.live_nodes()
+            )
 
-    def follows() -> bool:
-        if replica.role() == "master":
-            cluster.reattach_empty_masters(tried)
-        return replica.role() == "slave"
+        wait_for(seen_empty, 30, "the reset replica seen as an empty master", cluster.diagnose)
+        # reattach reads one node's view, which may still lag the others' (it found nothing
+        # once), and a call can raise after its REPLICATE took effect: retry until the
+        # replica follows, judging by what was sent.
+        tried: list[tuple[int, int]] = []
 
-    wait_for(follows, 30, "the reset replica following a master", cluster.diagnose)
-    assert set(tried) == {(replica.port, master.port)}
-    cluster.wait_healthy(60)
-    assert cluster.replicas_of(master) == [replica]
-    assert cluster.reattach_empty_masters() == []  # nothing left to pair
+        def follows() -> bool:
+            if replica.role() == "master":
+                cluster.reattach_empty_masters(tried)
+            return replica.role() == "slave"
+
+        wait_for(follows, 30, "the reset replica following a master", cluster.diagnose)
+        assert set(tried) == {(replica.port, master.port)}
+        cluster.wait_healthy(60)
+        assert cluster.replicas_of(master) == [replica]
+        assert cluster.reattach_empty_masters() == []  # nothing left to pair
 
 
 @pytest.mark.parametrize("binary", [b for _, b in BINARIES], ids=[n for n, _ in BINARIES])
