@@ -214,6 +214,17 @@ def test_a_first_concurrency_limit_counts_the_leases_of_its_key_already_running(
     next_one.ack()
 
 
+def test_the_exporters_total_is_no_limit_key(make_queue) -> None:
+    """The exporter labels the queue's totals key="_all": a limit key of that name made two
+    series of one label set (a scrape Prometheus refuses) and replaced the total."""
+    q = make_queue("total")
+    with pytest.raises(ConfigError, match="reserved"):
+        q.limits.set("_all", Limit(concurrency=1))
+    with pytest.raises(InvalidTaskError, match="reserved"):
+        q.offer("x", 0, limit_key="_all")
+    assert q.stats().total == 0
+
+
 def test_parked_tasks_can_be_read_cancelled_and_expire(make_queue) -> None:
     q = make_queue("park")
     q.limits.set("t", Limit(concurrency=1))

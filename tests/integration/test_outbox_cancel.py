@@ -54,6 +54,34 @@ def test_cancel_committed_before_any_relay(
     assert pending(pg_dsn, table) == 0
 
 
+def test_a_cancel_that_drops_only_a_reschedule_and_finds_no_task_stays_missed(
+    outbox: Outbox, orders: DelayQueue, pg_dsn: str, table: str, redis_url: str
+) -> None:
+    """The task ran and was acked; a reschedule, then a cancel, commit before any relay. The
+    cancel drops the pending reschedule (no offer) and finds no task: a missed cancel, never
+    reported as applied (it was: any dropped row made finding no task look expected)."""
+    delivered = orders.offer({"n": 1}, 0)
+    task = orders.poll(5)
+    assert task is not None and task.id == delivered
+    task.ack()
+    with psycopg.connect(pg_dsn) as conn, conn.transaction():
+        outbox.reschedule(conn, "orders", delivered, 60)
+    with psycopg.connect(pg_dsn) as conn, conn.transaction():
+        outbox.cancel(conn, "orders", delivered)
+    relay = Relay(pg_dsn, redis_url, table=table)
+    relay.relay_pending()
+    assert (relay.stats.cancelled, relay.stats.missing) == (0, 1)
+    assert [(r[1], r[3]) for r in rows(pg_dsn, table)] == [("cancel", "missed")]
+    # a cancel after one that dropped the offer still knows the offer never went out
+    with psycopg.connect(pg_dsn) as conn, conn.transaction():
+        unsent = outbox.offer(conn, "orders", "x", 60)
+        outbox.cancel(conn, "orders", unsent)
+        outbox.cancel(conn, "orders", unsent)
+    relay = Relay(pg_dsn, redis_url, table=table)
+    relay.relay_pending()
+    assert (relay.stats.cancelled, relay.stats.missing) == (1, 0)
+
+
 def test_cancel_after_the_offer_was_relayed(
     outbox: Outbox, orders: DelayQueue, pg_dsn: str, table: str, redis_url: str
 ) -> None:

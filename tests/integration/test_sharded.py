@@ -492,6 +492,30 @@ def test_a_dead_task_whose_key_a_new_task_holds_stays_dead_during_a_reshard(
     assert [d.id for d in during.dead()] == [first]
 
 
+def test_a_finished_reshard_keeps_each_limit_keys_throttle_counts(
+    make_queue, redis_server, prefix
+) -> None:
+    """reshard --finish carries the per-key counts of tasks held back by a limit (stats'
+    limit_throttled, the exporter's delayq_limit_throttled_total{key}) as it carries the
+    queue's: they were dropped, and a Prometheus counter went back."""
+    q = make_queue("thr")
+    q.limits.set("t", Limit(concurrency=1))
+    q.offer_many([Offer(n, 0, limit_key="t") for n in range(3)])
+    done = 0
+    while done < 3:
+        got = q.poll_many(10, timeout=2)
+        assert len(got) <= 1  # one at a time: the others are held back
+        done += len(got)
+        assert all(q.ack_many(got))
+    before = q.stats()
+    assert before.limit_throttled.get("concurrency", {}).get("t", 0) >= 2
+    reshard("thr", redis_server.url, shards=2, prefix=prefix)
+    assert finish_reshard("thr", redis_server.url, prefix=prefix, grace=0) == "2"
+    after = make_queue("thr").stats()
+    assert after.limit_throttled == before.limit_throttled
+    assert after.counters["throttled:concurrency"] == before.counters["throttled:concurrency"]
+
+
 def test_reshard_command(make_queue, redis_server, prefix) -> None:
     make_queue("mail").offer("x", delay=60)
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}

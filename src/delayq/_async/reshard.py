@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from .._core import history, protocol, sharding
 from .._core.connection import Topology
 from .._core.keys import QueueKeys
-from .._core.limits import WHOLE_QUEUE, Limit, parse_limit_rows
+from .._core.limits import THROTTLE_REASONS, WHOLE_QUEUE, Limit, parse_limit_rows
 from .._core.scripts import Op
 from .._core.timing import Duration, duration_ms
 from ..exceptions import ConfigError
@@ -149,7 +149,7 @@ async def finish_reshard(
             for sub in old:
                 await conn.command("HDEL", QueueKeys(prefix, sub).key("counters"), RETIRED)
             raise
-        await _carry_counters(conn, prefix, old, current[0])
+        await _carry_counters(conn, prefix, old, current)
         await _carry_kept_keys(conn, prefix, current, previous)
         done = sharding.Layout(layout.shards)
         await conn.command("HSET", field, name, done.encode())
@@ -163,18 +163,28 @@ async def finish_reshard(
             await conn.close()
 
 
-async def _carry_counters(conn: runner.Runner, prefix: str, old: list[str], heir: str) -> None:
-    """Move the retired sub-queues' counts since the queue began into one of the current
-    layout's (stats and the exporter read only the current layout: its counts would drop).
-    Field by field, added there then removed here: a finish cut short and run again counts
-    at most the field it was moving twice, and none is lost."""
-    into = QueueKeys(prefix, heir).key("counters")
+async def _carry_counters(
+    conn: runner.Runner, prefix: str, old: list[str], current: list[str]
+) -> None:
+    """Move the retired sub-queues' counts since the queue began into the current layout
+    (stats and the exporter read only the current layout: its counts would drop): the
+    queue's into its first sub-queue, each limit key's throttle counts into the key's shard.
+    Count by count, added there then removed here: a finish cut short and run again counts
+    at most the one it was moving twice, and none is lost."""
+    into = QueueKeys(prefix, current[0]).key("counters")
     for sub in old:
         counters = QueueKeys(prefix, sub).key("counters")
         for field, value in (await conn.command("HGETALL", counters)).items():
             if protocol.lifetime_count(field.decode()):
                 await conn.command("HINCRBY", into, field, int(value))
                 await conn.command("HDEL", counters, field)
+        for reason in THROTTLE_REASONS:  # [L] per limit key (stats' limit_throttled)
+            role = f"lim:thr:{reason}"
+            counts = QueueKeys(prefix, sub).key(role)
+            for key, n in _pairs(await conn.command("ZRANGE", counts, 0, -1, "WITHSCORES")):
+                home = current[sharding.shard_of(key.decode(), len(current))]
+                await conn.command("ZINCRBY", QueueKeys(prefix, home).key(role), n, key)
+                await conn.command("ZREM", counts, key)
 
 
 async def _carry_kept_keys(

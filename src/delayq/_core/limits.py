@@ -66,6 +66,10 @@ def parse_pause(reply: Sequence[Any]) -> PauseInfo:
 
 WHOLE_QUEUE: Final = "*"  # the limit key of a limit on the whole queue
 DEFAULT_KEY: Final = "~default"  # the limit of every key that has none of its own
+# The exporter labels the queue's totals key="_all" (metrics/_collector.py): not a limit key.
+EXPORTER_TOTAL: Final = "_all"
+# Why a limit held tasks back: each has a count per key (lua/_lib.lua count_throttled).
+THROTTLE_REASONS: Final = ("rate", "concurrency", "ratelimited")
 _MAX_WEIGHT: Final = 1000
 
 
@@ -152,6 +156,9 @@ def check_limit_key(value: object, *, offered: bool = False) -> str:
             f"limit key must be a non-empty UTF-8 string of at most {MAX_KEY_LEN} chars "
             f"without '|', not {value!r}"
         )
+    if value == EXPORTER_TOTAL:
+        error = f"limit key {value!r} is reserved: the exporter's series of the queue's total"
+        raise InvalidTaskError(error) if offered else ConfigError(error)
     reserved = value == WHOLE_QUEUE or value.startswith("~")
     if offered and reserved:
         raise InvalidTaskError(f"limit_key {value!r} is reserved: '*' and '~...' name limits")

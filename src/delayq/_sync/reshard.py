@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from .._core import history, protocol, sharding
 from .._core.connection import Topology
 from .._core.keys import QueueKeys
-from .._core.limits import WHOLE_QUEUE, Limit, parse_limit_rows
+from .._core.limits import THROTTLE_REASONS, WHOLE_QUEUE, Limit, parse_limit_rows
 from .._core.scripts import Op
 from .._core.timing import Duration, duration_ms
 from ..exceptions import ConfigError
@@ -148,7 +148,7 @@ def finish_reshard(
             for sub in old:
                 conn.command("HDEL", QueueKeys(prefix, sub).key("counters"), RETIRED)
             raise
-        _carry_counters(conn, prefix, old, current[0])
+        _carry_counters(conn, prefix, old, current)
         _carry_kept_keys(conn, prefix, current, previous)
         done = sharding.Layout(layout.shards)
         conn.command("HSET", field, name, done.encode())
@@ -162,18 +162,26 @@ def finish_reshard(
             conn.close()
 
 
-def _carry_counters(conn: runner.Runner, prefix: str, old: list[str], heir: str) -> None:
-    """Move the retired sub-queues' counts since the queue began into one of the current
-    layout's (stats and the exporter read only the current layout: its counts would drop).
-    Field by field, added there then removed here: a finish cut short and run again counts
-    at most the field it was moving twice, and none is lost."""
-    into = QueueKeys(prefix, heir).key("counters")
+def _carry_counters(conn: runner.Runner, prefix: str, old: list[str], current: list[str]) -> None:
+    """Move the retired sub-queues' counts since the queue began into the current layout
+    (stats and the exporter read only the current layout: its counts would drop): the
+    queue's into its first sub-queue, each limit key's throttle counts into the key's shard.
+    Count by count, added there then removed here: a finish cut short and run again counts
+    at most the one it was moving twice, and none is lost."""
+    into = QueueKeys(prefix, current[0]).key("counters")
     for sub in old:
         counters = QueueKeys(prefix, sub).key("counters")
         for field, value in (conn.command("HGETALL", counters)).items():
             if protocol.lifetime_count(field.decode()):
                 conn.command("HINCRBY", into, field, int(value))
                 conn.command("HDEL", counters, field)
+        for reason in THROTTLE_REASONS:  # [L] per limit key (stats' limit_throttled)
+            role = f"lim:thr:{reason}"
+            counts = QueueKeys(prefix, sub).key(role)
+            for key, n in _pairs(conn.command("ZRANGE", counts, 0, -1, "WITHSCORES")):
+                home = current[sharding.shard_of(key.decode(), len(current))]
+                conn.command("ZINCRBY", QueueKeys(prefix, home).key(role), n, key)
+                conn.command("ZREM", counts, key)
 
 
 def _carry_kept_keys(

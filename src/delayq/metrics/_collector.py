@@ -16,6 +16,7 @@ from redis.exceptions import RedisError
 
 from .._core import protocol, sharding
 from .._core.keys import QueueKeys
+from .._core.limits import EXPORTER_TOTAL, THROTTLE_REASONS
 from .._core.models import Stats
 from .._core.outages import OUTAGES, where_of
 from .._core.timing import Duration, duration_ms
@@ -333,12 +334,12 @@ def grouped(
         ):
             values = stats.limit_waiting if gauge is waiting else stats.limit_running
             for key, value in values.items():
-                gauge.append((name, (*q, ("key", key or "_all")), value))
-        for reason in ("rate", "concurrency", "ratelimited"):
+                gauge.append((name, (*q, ("key", key or EXPORTER_TOTAL)), value))
+        for reason in THROTTLE_REASONS:
             value = stats.counters.get(f"throttled:{reason}", 0)
-            per_key = {"_all": value, **stats.limit_throttled.get(reason, {})}
+            per_key = {**stats.limit_throttled.get(reason, {}), EXPORTER_TOTAL: value}
             for key, held in per_key.items():
-                key_labels = (*q, ("key", key or "_all"), ("reason", reason))
+                key_labels = (*q, ("key", key or EXPORTER_TOTAL), ("reason", reason))
                 throttled.append(("delayq_limit_throttled_total", key_labels, held))
     up_.append(("delayq_exporter_up", (), 1 if up else 0))
     duration.append(("delayq_exporter_scrape_duration_seconds", (), seconds))

@@ -177,16 +177,19 @@ class Schema:
         """A cancel row; first drops the task's rows no relay holds right now (an offer not
         relayed yet never reaches Redis). The cancel row is written anyway: a dropped row may
         have been offered by a relay that died before its commit. Its ``options`` say
-        ``dropped`` if it dropped rows: then finding no task in Redis is what is expected,
-        not a missed cancel."""
+        ``dropped`` if it dropped the task's offer (or a cancel that had): then finding no
+        task in Redis is what is expected, not a missed cancel. Dropping a reschedule alone
+        says nothing of the task."""
         t = self.qualified
         return (
             f"WITH dropped AS (DELETE FROM {t} WHERE seq IN ("
             f"SELECT seq FROM {t} WHERE queue = :queue AND task_id = :task_id "
-            "AND prefix = :prefix AND status = 'pending' FOR UPDATE SKIP LOCKED) RETURNING seq) "
+            "AND prefix = :prefix AND status = 'pending' FOR UPDATE SKIP LOCKED) "
+            "RETURNING op, options) "
             f"INSERT INTO {t} (prefix, queue, task_id, op, options) "
-            "SELECT :prefix, :queue, :task_id, 'cancel', "
-            "CASE WHEN EXISTS (SELECT 1 FROM dropped) THEN 'dropped' ELSE '' END"
+            "SELECT :prefix, :queue, :task_id, 'cancel', CASE WHEN EXISTS (SELECT 1 FROM dropped "
+            "WHERE op = 'offer' OR (op = 'cancel' AND options = 'dropped')) "
+            "THEN 'dropped' ELSE '' END"
         )
 
     def claim(
