@@ -82,6 +82,31 @@ def test_a_cancel_that_drops_only_a_reschedule_and_finds_no_task_stays_missed(
     assert (relay.stats.cancelled, relay.stats.missing) == (1, 0)
 
 
+def test_a_dead_offer_stays_dead_on_requeue_when_a_later_cancel_stands_against_it(
+    outbox: Outbox, orders: DelayQueue, pg_dsn: str, table: str, redis_url: str
+) -> None:
+    """Offer, then cancel: no task, also when the offer's row went dead (an unreadable
+    envelope), the cancel found nothing, and an operator requeues the fixed row (it made the
+    cancelled task)."""
+    with psycopg.connect(pg_dsn) as conn, conn.transaction():
+        task_id = outbox.offer(conn, "orders", {"n": 1}, 60)
+        other = outbox.offer(conn, "orders", {"n": 2}, 60)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        good = conn.execute(f'SELECT envelope FROM "{table}" LIMIT 1').fetchone()[0]
+        conn.execute(f"UPDATE \"{table}\" SET envelope = '\\x7b7b'")  # '{{': unreadable
+    relay_now(pg_dsn, redis_url, table)
+    assert {(r[1], r[3]) for r in rows(pg_dsn, table)} == {("offer", "dead")}
+    with psycopg.connect(pg_dsn) as conn, conn.transaction():
+        outbox.cancel(conn, "orders", task_id)
+    relay_now(pg_dsn, redis_url, table)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"UPDATE \"{table}\" SET envelope = %s WHERE op = 'offer'", (good,))
+    assert outbox.requeue_dead() == 1  # the other offer only
+    relay_now(pg_dsn, redis_url, table)
+    assert orders.get(task_id) is None
+    assert orders.get(other) is not None
+
+
 def test_cancel_after_the_offer_was_relayed(
     outbox: Outbox, orders: DelayQueue, pg_dsn: str, table: str, redis_url: str
 ) -> None:

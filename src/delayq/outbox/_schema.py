@@ -317,7 +317,15 @@ class Schema:
 
     @property
     def requeue_dead(self) -> str:
-        return f"UPDATE {self.qualified} SET status = 'pending', error = NULL WHERE status = 'dead'"
+        """Dead rows pending again, but an offer its task's later cancel row stands against
+        (the cancel found no task): offer, then cancel, ends with no task."""
+        t = self.qualified
+        return (
+            f"UPDATE {t} AS d SET status = 'pending', error = NULL WHERE status = 'dead' "
+            f"AND NOT (op = 'offer' AND EXISTS (SELECT 1 FROM {t} c WHERE c.prefix = d.prefix "
+            "AND c.queue = d.queue AND c.task_id = d.task_id AND c.op = 'cancel' "
+            "AND c.seq > d.seq))"
+        )
 
     @property
     def exists(self) -> str:

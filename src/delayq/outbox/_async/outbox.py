@@ -144,7 +144,9 @@ class AsyncOutbox:
                 return total
 
     async def requeue_dead(self) -> int:
-        """Make every dead row pending again (after fixing what was wrong); the count."""
+        """Make the dead rows pending again (after fixing what was wrong); the count. An
+        offer whose task has a later cancel row stays dead: offer, then cancel, ends with no
+        task."""
         async with aadmin(self._database) as conn:
             rows = await aexecute(conn, self._schema.requeue_dead + " RETURNING seq")
             await aexecute(conn, f"SELECT pg_notify('{self._schema.channel}', '')")

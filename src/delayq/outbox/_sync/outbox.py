@@ -145,7 +145,9 @@ class Outbox:
                 return total
 
     def requeue_dead(self) -> int:
-        """Make every dead row pending again (after fixing what was wrong); the count."""
+        """Make the dead rows pending again (after fixing what was wrong); the count. An
+        offer whose task has a later cancel row stays dead: offer, then cancel, ends with no
+        task."""
         with admin(self._database) as conn:
             rows = execute(conn, self._schema.requeue_dead + " RETURNING seq")
             execute(conn, f"SELECT pg_notify('{self._schema.channel}', '')")
