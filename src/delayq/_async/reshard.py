@@ -181,7 +181,9 @@ async def _carry_counters(
         for reason in THROTTLE_REASONS:  # [L] per limit key (stats' limit_throttled)
             role = f"lim:thr:{reason}"
             counts = QueueKeys(prefix, sub).key(role)
-            for key, n in _pairs(await conn.command("ZRANGE", counts, 0, -1, "WITHSCORES")):
+            for key, n in protocol.score_pairs(
+                await conn.command("ZRANGE", counts, 0, -1, "WITHSCORES")
+            ):
                 home = current[sharding.shard_of(key.decode(), len(current))]
                 await conn.command("ZINCRBY", QueueKeys(prefix, home).key(role), n, key)
                 await conn.command("ZREM", counts, key)
@@ -202,7 +204,7 @@ async def _carry_kept_keys(
             "ZRANGEBYSCORE", old.key("keptkeys"), f"({now_ms}", "+inf", "WITHSCORES",
             "LIMIT", stayed, 500,
         ):  # fmt: skip
-            for key, until in _pairs(page):
+            for key, until in protocol.score_pairs(page):
                 try:
                     home = current[sharding.shard_of(key.decode(), len(current))]
                 except UnicodeDecodeError:  # not written by delayq: no offer can name it
@@ -219,13 +221,6 @@ async def _carry_kept_keys(
                     await conn.command("ZADD", new.key("keptkeys"), until, key)
                 await conn.command("ZREM", old.key("keptkeys"), key)
                 await conn.command("HDEL", old.key("keys"), key)
-
-
-def _pairs(reply: list[Any]) -> list[tuple[bytes, Any]]:
-    """A WITHSCORES reply as (member, score) pairs, whether the client paired it or not."""
-    if reply and isinstance(reply[0], tuple | list):
-        return [(member, score) for member, score in reply]
-    return list(zip(reply[::2], reply[1::2], strict=True))
 
 
 async def _refuse_if_left(

@@ -492,8 +492,10 @@ class AsyncShard:
         if await self._runner.command("HEXISTS", self.keys.key("tasks"), holder):
             return await self._runner.command("ZSCORE", self.keys.key("dead"), holder) is None
         kept = await self._runner.command("ZSCORE", self.keys.key("keptkeys"), key)
+        if kept is None:
+            return False
         seconds, micros = await self._runner.command("TIME")
-        return kept is not None and float(kept) > int(seconds) * 1000 + int(micros) // 1000
+        return float(kept) > int(seconds) * 1000 + int(micros) // 1000
 
     async def tasks(self, state: TaskState, offset: int, limit: int) -> list[TaskInfo]:
         rows = protocol.parse_tasks(await self.run(Op.TASKS, [state.value, offset, limit]))

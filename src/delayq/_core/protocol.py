@@ -238,7 +238,7 @@ class RawTask:
     priority: int
     token: str | None  # the lease's; None at most once
     # At most once: what the offer gave beyond the envelope, "key_ttl ms,ttl deadline ms,limit
-    # key" ('' for none), for putting back a task fetched but never handed out (see handed_back)
+    # key" ('' for none), for putting back a task fetched but never handed out (kept_options)
     kept: str = ""
 
     @property
@@ -296,6 +296,14 @@ def fetch_args(policy: Policy, count: int, keep_ms: int) -> list[Any]:
         keep_ms,
         origin(),  # the consumer, in a queue's task histories
     ]
+
+
+def score_pairs(reply: Sequence[Any]) -> list[tuple[Any, Any]]:
+    """A ``WITHSCORES`` reply as (member, score) pairs, flat or already paired (redis-py
+    pairs it only when asked through its own methods)."""
+    if reply and isinstance(reply[0], tuple | list):
+        return [(member, score) for member, score in reply]
+    return list(zip(reply[::2], reply[1::2], strict=True))
 
 
 def kept_options(kept: str, now_ms: int) -> dict[str, Any]:

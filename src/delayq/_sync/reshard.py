@@ -178,7 +178,7 @@ def _carry_counters(conn: runner.Runner, prefix: str, old: list[str], current: l
         for reason in THROTTLE_REASONS:  # [L] per limit key (stats' limit_throttled)
             role = f"lim:thr:{reason}"
             counts = QueueKeys(prefix, sub).key(role)
-            for key, n in _pairs(conn.command("ZRANGE", counts, 0, -1, "WITHSCORES")):
+            for key, n in protocol.score_pairs(conn.command("ZRANGE", counts, 0, -1, "WITHSCORES")):
                 home = current[sharding.shard_of(key.decode(), len(current))]
                 conn.command("ZINCRBY", QueueKeys(prefix, home).key(role), n, key)
                 conn.command("ZREM", counts, key)
@@ -199,7 +199,7 @@ def _carry_kept_keys(
             "ZRANGEBYSCORE", old.key("keptkeys"), f"({now_ms}", "+inf", "WITHSCORES",
             "LIMIT", stayed, 500,
         ):  # fmt: skip
-            for key, until in _pairs(page):
+            for key, until in protocol.score_pairs(page):
                 try:
                     home = current[sharding.shard_of(key.decode(), len(current))]
                 except UnicodeDecodeError:  # not written by delayq: no offer can name it
@@ -216,13 +216,6 @@ def _carry_kept_keys(
                     conn.command("ZADD", new.key("keptkeys"), until, key)
                 conn.command("ZREM", old.key("keptkeys"), key)
                 conn.command("HDEL", old.key("keys"), key)
-
-
-def _pairs(reply: list[Any]) -> list[tuple[bytes, Any]]:
-    """A WITHSCORES reply as (member, score) pairs, whether the client paired it or not."""
-    if reply and isinstance(reply[0], tuple | list):
-        return [(member, score) for member, score in reply]
-    return list(zip(reply[::2], reply[1::2], strict=True))
 
 
 def _refuse_if_left(

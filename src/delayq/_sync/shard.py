@@ -493,8 +493,10 @@ class Shard:
         if self._runner.command("HEXISTS", self.keys.key("tasks"), holder):
             return self._runner.command("ZSCORE", self.keys.key("dead"), holder) is None
         kept = self._runner.command("ZSCORE", self.keys.key("keptkeys"), key)
+        if kept is None:
+            return False
         seconds, micros = self._runner.command("TIME")
-        return kept is not None and float(kept) > int(seconds) * 1000 + int(micros) // 1000
+        return float(kept) > int(seconds) * 1000 + int(micros) // 1000
 
     def tasks(self, state: TaskState, offset: int, limit: int) -> list[TaskInfo]:
         rows = protocol.parse_tasks(self.run(Op.TASKS, [state.value, offset, limit]))

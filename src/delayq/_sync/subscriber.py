@@ -222,9 +222,7 @@ class Subscriber:
             if not handle._joined:
                 continue  # closed meanwhile, or never started
             handle._joined = False
-            if not self._channels.leave(handle.channel, handle):
-                continue
-            link = self._links.get(self._home.pop(handle.channel, UNPLACED))
+            link = self._link_left(handle)
             if link is None:
                 continue
             command = link.state.remove(handle.channel)
@@ -233,14 +231,18 @@ class Subscriber:
             if command is not None:
                 link.wire.send([command])
 
+    def _link_left(self, handle: Notifier) -> _Link | None:
+        """(Under the lock.) ``handle`` leaves its channel; the connection that carried the
+        channel if that was its last handle (else None)."""
+        if not self._channels.leave(handle.channel, handle):
+            return None
+        return self._links.get(self._home.pop(handle.channel, UNPLACED))
+
     def _leave(self, handle: Notifier) -> None:
-        channel = handle.channel
         with self._lock:
             self._drop_collected()
-            if not self._channels.leave(channel, handle):
-                return
-            link = self._links.get(self._home.pop(channel, UNPLACED))
-            if link is None or not link.remove(channel):
+            link = self._link_left(handle)
+            if link is None or not link.remove(handle.channel):
                 return
             link.retire()
         link.wire.close()

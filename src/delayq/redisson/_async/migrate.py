@@ -26,7 +26,7 @@ from typing import Any, Self
 from redis.crc import key_slot
 
 from ..._async import backend, runner
-from ..._core import sharding
+from ..._core import protocol, sharding
 from ..._core.connection import Topology
 from ..._core.envelope import EnvelopeCodec
 from ..._core.keys import QueueKeys
@@ -343,7 +343,5 @@ def _with_due(item: Prepared, due_ms: int) -> Prepared:
 def _score_of(reply: Any) -> int | None:
     """The score of a one-member ``ZRANGE ... WITHSCORES`` reply (flat, or pairs as redis-py
     parses it)."""
-    if not reply:
-        return None
-    score = reply[0][1] if isinstance(reply[0], list | tuple) else reply[1]
-    return int(float(score))
+    pairs = protocol.score_pairs(reply)
+    return int(float(pairs[0][1])) if pairs else None
